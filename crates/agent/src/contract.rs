@@ -1,0 +1,182 @@
+//! The boundary between the agent and whoever runs it (the server's run workers).
+//!
+//! The server turns an HTTP `RunCreate` into a [`RunSpec`], hands it to a [`GraphRunner`]
+//! with a [`RunObserver`], and gets a [`RunOutcome`] back. The observer persists checkpoints
+//! and forwards stream events; the agent never sees HTTP, SSE or SQL.
+
+use async_trait::async_trait;
+use fawn_state::{Command, EventSink, Interrupt, StateUpdate, ThreadState};
+use serde_json::{Map, Value};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// `interrupt_before` / `interrupt_after`: `"*"` or a list of node names.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum Breakpoints {
+    #[default]
+    None,
+    All,
+    Nodes(Vec<String>),
+}
+
+impl Breakpoints {
+    pub fn contains(&self, node: &str) -> bool {
+        match self {
+            Breakpoints::None => false,
+            Breakpoints::All => true,
+            Breakpoints::Nodes(n) => n.iter().any(|x| x == node),
+        }
+    }
+}
+
+/// A task waiting in a checkpoint (the node that runs next), with any interrupts it raised.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PendingTask {
+    pub id: String,
+    pub name: String,
+    pub interrupts: Vec<Interrupt>,
+}
+
+/// Where a run starts: the state of the checkpoint it continues from.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StartPoint {
+    /// Id of the checkpoint the run continues from (`None` for a thread with no checkpoint).
+    pub checkpoint_id: Option<String>,
+    pub state: ThreadState,
+    /// Nodes that were scheduled next in that checkpoint (`[]` = finished).
+    pub next: Vec<String>,
+    pub tasks: Vec<PendingTask>,
+    /// Step number of that checkpoint (`-1` for an input checkpoint).
+    pub step: i64,
+    /// True when the run starts from an older checkpoint (time travel): its first
+    /// checkpoint is a `fork`.
+    pub is_fork: bool,
+}
+
+/// Everything one run needs, already validated by the caller.
+#[derive(Clone, Debug, Default)]
+pub struct RunSpec {
+    pub thread_id: String,
+    pub run_id: String,
+    pub assistant_id: String,
+    pub graph_id: String,
+    pub attempt: u32,
+    /// `config.configurable` (assistant config merged with the run's).
+    pub configurable: Map<String, Value>,
+    /// `context` (assistant context merged with the run's).
+    pub context: Map<String, Value>,
+    /// Raw client value; the agent applies DeerFlow's default (100) and clamp (1000).
+    pub recursion_limit: Option<Value>,
+    pub tags: Vec<String>,
+    /// Run metadata, copied into checkpoint metadata and `messages` event metadata.
+    pub metadata: Map<String, Value>,
+    /// New input written before the first step (`None` = continue from the checkpoint).
+    pub input: Option<StateUpdate>,
+    pub command: Option<Command>,
+    pub interrupt_before: Breakpoints,
+    pub interrupt_after: Breakpoints,
+    pub start: StartPoint,
+}
+
+/// LangGraph checkpoint `metadata.source`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckpointSource {
+    Input,
+    Loop,
+    Update,
+    Fork,
+}
+
+impl CheckpointSource {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            CheckpointSource::Input => "input",
+            CheckpointSource::Loop => "loop",
+            CheckpointSource::Update => "update",
+            CheckpointSource::Fork => "fork",
+        }
+    }
+}
+
+/// One checkpoint to persist. `writes` is the delta since the previous checkpoint (what the
+/// storage layer persists); `state` is the full state after it (for `values` events).
+#[derive(Clone, Debug)]
+pub struct StepCheckpoint {
+    pub step: i64,
+    pub source: CheckpointSource,
+    /// `(node name, what it wrote)` in order.
+    pub writes: Vec<(String, StateUpdate)>,
+    pub state: Arc<ThreadState>,
+    pub next: Vec<String>,
+    pub tasks: Vec<PendingTask>,
+}
+
+/// The observer could not persist a checkpoint; the run must stop.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("could not persist checkpoint: {0}")]
+pub struct ObserverError(pub String);
+
+/// Receives a run's events and persists its checkpoints.
+#[async_trait]
+pub trait RunObserver: EventSink {
+    /// Persists a checkpoint and returns its id. Returns only once it is durable enough for
+    /// the run's `durability`; the agent does not start the next step before that.
+    async fn checkpoint(&self, checkpoint: StepCheckpoint) -> Result<String, ObserverError>;
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RunOutcome {
+    /// The graph finished, or paused on an interrupt/breakpoint (still `success` in LangGraph).
+    Success {
+        interrupts: Vec<Interrupt>,
+        /// DeerFlow `stop_reason` (`loop_capped`, `subagent_limit_capped`, …), if any.
+        stop_reason: Option<String>,
+    },
+    /// The graph raised. `error` is the exception type name LangGraph would report
+    /// (e.g. `GraphRecursionError`), `message` its text.
+    Error { error: String, message: String },
+    /// The cancellation token fired.
+    Cancelled,
+}
+
+/// A graph description for `/assistants/{id}/graph` and `/schemas`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GraphDescription {
+    /// LangChain drawable-graph JSON (`{nodes, edges}`).
+    pub graph: Value,
+    pub input_schema: Value,
+    pub output_schema: Value,
+    pub state_schema: Value,
+    pub config_schema: Value,
+    pub context_schema: Value,
+}
+
+/// `POST /threads/{id}/state` names a node that does not exist.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("Node {0} does not exist")]
+pub struct UnknownNode(pub String);
+
+/// A runnable graph. The server holds one per graph id.
+#[async_trait]
+pub trait GraphRunner: Send + Sync {
+    fn graph_id(&self) -> &str;
+
+    fn describe(&self) -> GraphDescription;
+
+    /// The nodes scheduled after a state update written "as" `as_node` (LangGraph
+    /// `update_state` semantics). `None` = the graph's default for a manual update.
+    fn next_after_update(
+        &self,
+        as_node: Option<&str>,
+        state: &ThreadState,
+    ) -> Result<Vec<String>, UnknownNode>;
+
+    /// Runs to completion, an interrupt, an error or cancellation.
+    async fn run(
+        &self,
+        spec: RunSpec,
+        observer: Arc<dyn RunObserver>,
+        cancel: CancellationToken,
+    ) -> RunOutcome;
+}

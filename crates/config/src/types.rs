@@ -1,0 +1,594 @@
+//! Typed sections of DeerFlow's `config.yaml` and `extensions_config.json`, with DeerFlow's
+//! defaults. Unknown keys inside a section are kept in `extra` maps where DeerFlow passes them
+//! through (models, tools); elsewhere the loader reports them as warnings.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+/// The whole `config.yaml`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AppConfig {
+    pub config_version: Option<u32>,
+    pub log_level: Option<String>,
+    pub models: Vec<ModelConfig>,
+    pub tool_groups: Vec<ToolGroupConfig>,
+    pub tools: Vec<ToolConfig>,
+    pub sandbox: SandboxConfig,
+    pub skills: SkillsConfig,
+    pub title: TitleConfig,
+    pub summarization: SummarizationConfig,
+    pub memory: MemoryConfig,
+    pub subagents: SubagentsConfig,
+    pub loop_detection: LoopDetectionConfig,
+    pub uploads: UploadsConfig,
+    pub database: Option<DatabaseConfig>,
+    /// Legacy spelling of `database` (`{type, connection_string}`).
+    pub checkpointer: Option<CheckpointerConfig>,
+    pub llm_call: LlmCallConfig,
+    pub circuit_breaker: CircuitBreakerConfig,
+    pub token_usage: TokenUsageConfig,
+    pub agents_api: AgentsApiConfig,
+    pub web: WebConfig,
+}
+
+/// One entry of `models:`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ModelConfig {
+    /// Id used by `model_name` in runs and by the API.
+    pub name: String,
+    pub display_name: Option<String>,
+    pub description: Option<String>,
+    /// LangChain class path, e.g. `langchain_openai:ChatOpenAI`; mapped to a Fawn provider.
+    #[serde(rename = "use")]
+    pub use_: String,
+    /// Provider model id.
+    pub model: Option<String>,
+    /// `api_base` is accepted as an alias.
+    #[serde(alias = "api_base", alias = "openai_api_base")]
+    pub base_url: Option<String>,
+    #[serde(alias = "openai_api_key")]
+    pub api_key: Option<String>,
+    /// Seconds.
+    #[serde(alias = "request_timeout")]
+    pub timeout: Option<f64>,
+    pub max_retries: Option<u32>,
+    pub max_tokens: Option<u32>,
+    pub temperature: Option<f64>,
+    pub reasoning_effort: Option<String>,
+    /// Only used for the UI context gauge and `fraction` summarization triggers; never sent.
+    pub context_window: Option<u64>,
+    pub supports_thinking: bool,
+    pub supports_reasoning_effort: bool,
+    pub supports_vision: bool,
+    /// Constructor overrides merged in when thinking is on, e.g. `{extra_body: {thinking: …}}`.
+    pub when_thinking_enabled: Option<Map<String, Value>>,
+    pub when_thinking_disabled: Option<Map<String, Value>>,
+    /// Shortcut for `when_thinking_enabled.extra_body.thinking`.
+    pub thinking: Option<Value>,
+    #[serde(alias = "default_headers")]
+    pub headers: BTreeMap<String, String>,
+    pub extra_body: Option<Map<String, Value>>,
+    /// Seconds without a streamed chunk before the call fails.
+    pub stream_chunk_timeout: Option<f64>,
+    /// Every other key: passed to the provider as a request parameter.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ToolGroupConfig {
+    pub name: String,
+}
+
+/// One entry of `tools:`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ToolConfig {
+    pub name: String,
+    #[serde(default)]
+    pub group: Option<String>,
+    /// DeerFlow reflection path, e.g. `deerflow.sandbox.tools:bash_tool`.
+    #[serde(rename = "use")]
+    pub use_: String,
+    /// Every other key (`max_results`, `timeout`, `api_key`, …) reaches the tool.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MountConfig {
+    pub host_path: String,
+    pub container_path: String,
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+/// `sandbox:`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SandboxConfig {
+    #[serde(rename = "use")]
+    pub use_: Option<String>,
+    /// Run bash on the host when no OS sandbox is available. Off by default.
+    pub allow_host_bash: bool,
+    /// Give bash network access inside the OS sandbox.
+    pub network: bool,
+    pub bash_output_max_chars: usize,
+    pub read_file_output_max_chars: usize,
+    pub ls_output_max_chars: usize,
+    /// Seconds.
+    pub bash_command_timeout: u64,
+    pub write_file_max_bytes: usize,
+    pub glob_max_results: usize,
+    pub grep_max_results: usize,
+    pub mounts: Vec<MountConfig>,
+    pub environment: BTreeMap<String, String>,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            use_: None,
+            allow_host_bash: false,
+            network: false,
+            bash_output_max_chars: 20_000,
+            read_file_output_max_chars: 50_000,
+            ls_output_max_chars: 20_000,
+            bash_command_timeout: 600,
+            write_file_max_bytes: 80 * 1024,
+            glob_max_results: 1000,
+            grep_max_results: 500,
+            mounts: Vec::new(),
+            environment: BTreeMap::new(),
+        }
+    }
+}
+
+/// `skills:`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SkillsConfig {
+    /// Host directory holding `public/` and `custom/`; default `./skills`.
+    pub path: Option<String>,
+    pub container_path: String,
+    pub deferred_discovery: bool,
+}
+
+impl Default for SkillsConfig {
+    fn default() -> Self {
+        SkillsConfig {
+            path: None,
+            container_path: "/mnt/skills".to_string(),
+            deferred_discovery: false,
+        }
+    }
+}
+
+/// `title:`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TitleConfig {
+    pub enabled: bool,
+    pub max_words: usize,
+    pub max_chars: usize,
+    /// `None`: no LLM call, local fallback title.
+    pub model_name: Option<String>,
+    pub prompt_template: Option<String>,
+}
+
+impl Default for TitleConfig {
+    fn default() -> Self {
+        TitleConfig {
+            enabled: true,
+            max_words: 6,
+            max_chars: 60,
+            model_name: None,
+            prompt_template: None,
+        }
+    }
+}
+
+/// `{type: tokens|messages|fraction, value}` used by summarization triggers and keep.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ContextSize {
+    #[serde(rename = "type")]
+    pub kind: ContextSizeKind,
+    pub value: f64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ContextSizeKind {
+    Tokens,
+    Messages,
+    Fraction,
+}
+
+/// A single trigger or a list of triggers (OR semantics).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany<T> {
+    One(T),
+    Many(Vec<T>),
+}
+
+impl<T: Clone> OneOrMany<T> {
+    pub fn to_vec(&self) -> Vec<T> {
+        match self {
+            OneOrMany::One(t) => vec![t.clone()],
+            OneOrMany::Many(v) => v.clone(),
+        }
+    }
+}
+
+/// `summarization:`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SummarizationConfig {
+    pub enabled: bool,
+    pub model_name: Option<String>,
+    pub trigger: Option<OneOrMany<ContextSize>>,
+    pub keep: ContextSize,
+    pub trim_tokens_to_summarize: Option<u64>,
+    pub summary_prompt: Option<String>,
+}
+
+impl Default for SummarizationConfig {
+    fn default() -> Self {
+        SummarizationConfig {
+            enabled: false,
+            model_name: None,
+            trigger: None,
+            keep: ContextSize {
+                kind: ContextSizeKind::Messages,
+                value: 20.0,
+            },
+            trim_tokens_to_summarize: Some(4000),
+            summary_prompt: None,
+        }
+    }
+}
+
+/// `memory:`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MemoryConfig {
+    pub enabled: bool,
+    pub injection_enabled: bool,
+    /// `middleware` (passive) or `tool`.
+    pub mode: String,
+    pub manager_class: String,
+    pub shutdown_flush_timeout_seconds: u64,
+    pub debounce_seconds: u64,
+    pub max_facts: usize,
+    pub fact_confidence_threshold: f64,
+    pub max_injection_tokens: usize,
+    pub storage_path: Option<String>,
+    pub model_name: Option<String>,
+    pub backend_config: Map<String, Value>,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            enabled: true,
+            injection_enabled: true,
+            mode: "middleware".to_string(),
+            manager_class: "deermem".to_string(),
+            shutdown_flush_timeout_seconds: 30,
+            debounce_seconds: 30,
+            max_facts: 100,
+            fact_confidence_threshold: 0.7,
+            max_injection_tokens: 2000,
+            storage_path: None,
+            model_name: None,
+            backend_config: Map::new(),
+        }
+    }
+}
+
+/// A custom subagent type from `subagents.custom_agents`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CustomSubagentConfig {
+    pub description: String,
+    pub system_prompt: String,
+    /// `None`: every tool the parent has (minus task/ask_clarification/present_files).
+    pub tools: Option<Vec<String>>,
+    pub skills: Option<Vec<String>>,
+    /// `inherit` or a model name.
+    pub model: Option<String>,
+    pub max_turns: Option<u32>,
+    pub timeout_seconds: Option<u64>,
+}
+
+/// Per-built-in overrides (`subagents.agents.general-purpose.timeout_seconds`, …).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SubagentOverride {
+    pub timeout_seconds: Option<u64>,
+    pub max_turns: Option<u32>,
+    pub model: Option<String>,
+}
+
+/// `subagents:`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SubagentsConfig {
+    pub timeout_seconds: u64,
+    pub max_total_per_run: u32,
+    pub max_concurrent: u32,
+    pub agents: BTreeMap<String, SubagentOverride>,
+    pub custom_agents: BTreeMap<String, CustomSubagentConfig>,
+}
+
+impl Default for SubagentsConfig {
+    fn default() -> Self {
+        SubagentsConfig {
+            timeout_seconds: 1800,
+            max_total_per_run: 6,
+            max_concurrent: 3,
+            agents: BTreeMap::new(),
+            custom_agents: BTreeMap::new(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ToolFreqOverride {
+    pub warn: Option<u32>,
+    pub hard_limit: Option<u32>,
+}
+
+/// `loop_detection:`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LoopDetectionConfig {
+    pub enabled: bool,
+    pub warn_threshold: u32,
+    pub hard_limit: u32,
+    pub window_size: usize,
+    pub max_tracked_threads: usize,
+    pub tool_freq_warn: u32,
+    pub tool_freq_hard_limit: u32,
+    pub tool_freq_overrides: BTreeMap<String, ToolFreqOverride>,
+}
+
+impl Default for LoopDetectionConfig {
+    fn default() -> Self {
+        LoopDetectionConfig {
+            enabled: true,
+            warn_threshold: 3,
+            hard_limit: 5,
+            window_size: 20,
+            max_tracked_threads: 100,
+            tool_freq_warn: 30,
+            tool_freq_hard_limit: 50,
+            tool_freq_overrides: BTreeMap::new(),
+        }
+    }
+}
+
+/// `uploads:`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct UploadsConfig {
+    pub max_files: usize,
+    pub max_file_size: u64,
+    pub max_total_size: u64,
+    pub auto_convert_documents: bool,
+    pub pdf_converter: String,
+}
+
+impl Default for UploadsConfig {
+    fn default() -> Self {
+        UploadsConfig {
+            max_files: 10,
+            max_file_size: 50 * 1024 * 1024,
+            max_total_size: 100 * 1024 * 1024,
+            auto_convert_documents: false,
+            pdf_converter: "auto".to_string(),
+        }
+    }
+}
+
+/// `database:`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DatabaseConfig {
+    /// `sqlite` (default), `postgres`, or `memory` (treated as a temporary SQLite file).
+    pub backend: Option<String>,
+    pub sqlite_path: Option<String>,
+    #[serde(alias = "postgres_url", alias = "connection_string")]
+    pub url: Option<String>,
+    pub postgres_schema: Option<String>,
+    pub checkpoint_channel_mode: Option<String>,
+}
+
+/// Legacy `checkpointer:`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CheckpointerConfig {
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub connection_string: Option<String>,
+}
+
+/// `llm_call:` — retry policy of the LLM error-handling middleware.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LlmCallConfig {
+    pub retry_max_attempts: u32,
+    pub retry_base_delay_ms: u64,
+    pub retry_cap_delay_ms: u64,
+    pub burst_retry_base_delay_ms: u64,
+    pub max_concurrent_calls: usize,
+}
+
+impl Default for LlmCallConfig {
+    fn default() -> Self {
+        LlmCallConfig {
+            retry_max_attempts: 3,
+            retry_base_delay_ms: 1000,
+            retry_cap_delay_ms: 8000,
+            burst_retry_base_delay_ms: 5000,
+            max_concurrent_calls: 0,
+        }
+    }
+}
+
+/// `circuit_breaker:`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CircuitBreakerConfig {
+    pub failure_threshold: u32,
+    pub recovery_timeout_sec: u64,
+}
+
+impl Default for CircuitBreakerConfig {
+    fn default() -> Self {
+        CircuitBreakerConfig {
+            failure_threshold: 5,
+            recovery_timeout_sec: 60,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TokenUsageConfig {
+    pub enabled: bool,
+}
+
+impl Default for TokenUsageConfig {
+    fn default() -> Self {
+        TokenUsageConfig { enabled: true }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AgentsApiConfig {
+    pub enabled: bool,
+}
+
+/// Fawn extension: network policy of the web tools.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WebConfig {
+    /// Let `web_fetch` reach private/loopback addresses (off by default; tests only).
+    pub allow_private_addresses: bool,
+}
+
+// ---------------------------------------------------------------------------
+// extensions_config.json
+// ---------------------------------------------------------------------------
+
+/// `extensions_config.json`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ExtensionsConfig {
+    #[serde(rename = "mcpServers", alias = "mcp_servers")]
+    pub mcp_servers: BTreeMap<String, McpServerConfig>,
+    pub skills: BTreeMap<String, SkillToggle>,
+    pub middlewares: Vec<String>,
+    #[serde(rename = "mcpInterceptors")]
+    pub mcp_interceptors: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SkillToggle {
+    #[serde(default = "yes")]
+    pub enabled: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// One MCP server.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct McpServerConfig {
+    pub enabled: bool,
+    /// `stdio`, `sse` or `http` (`transport` is accepted as an alias).
+    #[serde(rename = "type", alias = "transport")]
+    pub kind: Option<String>,
+    pub command: Option<String>,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub url: Option<String>,
+    pub headers: BTreeMap<String, String>,
+    pub oauth: Option<McpOAuthConfig>,
+    pub tool_name_prefix: bool,
+    /// Seconds.
+    pub session_init_timeout: f64,
+    /// Seconds.
+    pub tool_call_timeout: f64,
+    pub description: Option<String>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl Default for McpServerConfig {
+    fn default() -> Self {
+        McpServerConfig {
+            enabled: true,
+            kind: None,
+            command: None,
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            url: None,
+            headers: BTreeMap::new(),
+            oauth: None,
+            tool_name_prefix: true,
+            session_init_timeout: 60.0,
+            tool_call_timeout: 60.0,
+            description: None,
+            extra: Map::new(),
+        }
+    }
+}
+
+/// OAuth token acquisition for an HTTP MCP server.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct McpOAuthConfig {
+    pub enabled: bool,
+    pub token_url: String,
+    pub grant_type: String,
+    pub client_id: Option<String>,
+    pub client_secret: Option<String>,
+    pub refresh_token: Option<String>,
+    pub scope: Option<String>,
+    pub audience: Option<String>,
+    pub token_field: String,
+    pub token_type_field: String,
+    pub expires_in_field: String,
+    pub default_token_type: String,
+    pub refresh_skew_seconds: u64,
+    pub extra_token_params: BTreeMap<String, String>,
+}
+
+impl Default for McpOAuthConfig {
+    fn default() -> Self {
+        McpOAuthConfig {
+            enabled: true,
+            token_url: String::new(),
+            grant_type: "client_credentials".to_string(),
+            client_id: None,
+            client_secret: None,
+            refresh_token: None,
+            scope: None,
+            audience: None,
+            token_field: "access_token".to_string(),
+            token_type_field: "token_type".to_string(),
+            expires_in_field: "expires_in".to_string(),
+            default_token_type: "Bearer".to_string(),
+            refresh_skew_seconds: 60,
+            extra_token_params: BTreeMap::new(),
+        }
+    }
+}

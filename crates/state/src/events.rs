@@ -1,0 +1,106 @@
+//! What a running agent reports while it runs, before any wire formatting.
+//!
+//! The agent emits these through an [`EventSink`]; the server turns them into SSE frames for
+//! each stream mode (`messages`, `updates`, `custom`, `tasks`, `debug`). `values` and
+//! `checkpoints` come from persisted steps, not from here.
+
+use crate::message::Message;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// A pending human-in-the-loop question (LangGraph `Interrupt`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Interrupt {
+    /// Stable 32-hex id; `command.resume` maps are keyed by it.
+    pub id: String,
+    pub value: Value,
+}
+
+/// LangGraph `Command`: resume an interrupt, update state, and/or jump to a node.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Command {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<Value>,
+    /// An object, or a list of `[key, value]` pairs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update: Option<Value>,
+    /// Node names to go to next.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub goto: Vec<String>,
+}
+
+/// One thing that happened during a run.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StreamEvent {
+    /// A token delta of a streamed AI message (`AIMessageChunk`), with LangGraph's metadata
+    /// (`langgraph_node`, `langgraph_step`, `run_id`, …). Every chunk of a message shares its id.
+    MessageChunk {
+        chunk: Message,
+        metadata: Map<String, Value>,
+    },
+    /// A whole message produced at once by a node (e.g. a tool result).
+    Message {
+        message: Message,
+        metadata: Map<String, Value>,
+    },
+    /// A payload a middleware or tool sent to the stream writer (`custom` mode).
+    Custom(Value),
+    /// A node started.
+    NodeStart {
+        step: i64,
+        task_id: String,
+        node: String,
+        input: Value,
+        triggers: Vec<String>,
+    },
+    /// A node finished. `update` is what it wrote (`updates` mode payload under its name).
+    NodeEnd {
+        step: i64,
+        task_id: String,
+        node: String,
+        update: Value,
+        error: Option<String>,
+        interrupts: Vec<Interrupt>,
+    },
+}
+
+/// Receives stream events. Must not block: implementations buffer or drop.
+pub trait EventSink: Send + Sync {
+    fn emit(&self, event: StreamEvent);
+}
+
+/// A sink that drops everything.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NullSink;
+
+impl EventSink for NullSink {
+    fn emit(&self, _event: StreamEvent) {}
+}
+
+/// A sink that records events in memory (tests, the in-process benchmark).
+#[derive(Debug, Default)]
+pub struct VecSink {
+    events: std::sync::Mutex<Vec<StreamEvent>>,
+}
+
+impl VecSink {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn take(&self) -> Vec<StreamEvent> {
+        match self.events.lock() {
+            Ok(mut g) => std::mem::take(&mut *g),
+            Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
+        }
+    }
+}
+
+impl EventSink for VecSink {
+    fn emit(&self, event: StreamEvent) {
+        match self.events.lock() {
+            Ok(mut g) => g.push(event),
+            Err(poisoned) => poisoned.into_inner().push(event),
+        }
+    }
+}

@@ -1,0 +1,538 @@
+//! `ThreadState` (DeerFlow's channels) and the reducers that apply updates to it.
+
+use crate::message::{
+    Message, MessageError, MessageKind, REMOVE_ALL_MESSAGES, messages_from_value,
+};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+
+/// `sandbox` channel.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SandboxState {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_id: Option<String>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// `thread_data` channel: the thread's host directories.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadData {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uploads_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outputs_path: Option<String>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// One plan-mode todo item.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Todo {
+    pub content: String,
+    /// `pending` | `in_progress` | `completed`.
+    pub status: String,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// The lead agent's thread state. Channels that were never written are `None` and are not
+/// serialized, so `values` only shows what exists (as LangGraph does).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ThreadState {
+    pub messages: Vec<Message>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxState>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread_data: Option<ThreadData>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub artifacts: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub todos: Option<Vec<Todo>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uploaded_files: Option<Vec<Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub viewed_images: Option<Map<String, Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary_text: Option<String>,
+    /// Any other key a client or tool wrote (last value wins).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl<'de> Deserialize<'de> for ThreadState {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        let update = StateUpdate::from_value(v).map_err(serde::de::Error::custom)?;
+        let mut state = ThreadState::default();
+        // A stored state is a snapshot: apply it as a single write to an empty state.
+        let mut writes = vec![update];
+        state
+            .apply_writes(&mut writes)
+            .map_err(serde::de::Error::custom)?;
+        Ok(state)
+    }
+}
+
+/// A write to the state: what a node (or a client via `POST /state`) returns.
+///
+/// `None` means "not written". For last-value channels, `Some(None)` writes `null`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct StateUpdate {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub messages: Option<Vec<Message>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxState>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread_data: Option<Option<ThreadData>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<Option<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub artifacts: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub todos: Option<Vec<Todo>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uploaded_files: Option<Option<Vec<Value>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub viewed_images: Option<Map<String, Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary_text: Option<Option<String>>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl<'de> Deserialize<'de> for StateUpdate {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        StateUpdate::from_value(v).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A state update or stored state that cannot be read.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StateError {
+    #[error("state values must be a JSON object, got {0}")]
+    NotAnObject(String),
+    #[error("`messages`: {0}")]
+    Message(#[from] MessageError),
+    #[error("`{channel}`: {reason}")]
+    BadChannel {
+        channel: &'static str,
+        reason: String,
+    },
+}
+
+/// A reducer refused a write.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ReducerError {
+    #[error("Attempting to delete a message with an ID that doesn't exist ('{0}')")]
+    RemoveUnknownMessage(String),
+    #[error("conflicting sandbox ids written in one step: '{0}' and '{1}'")]
+    SandboxConflict(String, String),
+}
+
+fn typed<T: serde::de::DeserializeOwned>(channel: &'static str, v: Value) -> Result<T, StateError> {
+    serde_json::from_value(v).map_err(|e| StateError::BadChannel {
+        channel,
+        reason: e.to_string(),
+    })
+}
+
+fn last_value<T: serde::de::DeserializeOwned>(
+    channel: &'static str,
+    v: Value,
+) -> Result<Option<T>, StateError> {
+    if v.is_null() {
+        Ok(None)
+    } else {
+        typed(channel, v).map(Some)
+    }
+}
+
+impl StateUpdate {
+    /// Parses an update from client JSON (`{"messages": [...], "title": "…", …}`).
+    /// `messages` may be a list, one message, or a string; OpenAI-style roles are accepted.
+    pub fn from_value(v: Value) -> Result<StateUpdate, StateError> {
+        let map = match v {
+            Value::Object(m) => m,
+            Value::Null => return Ok(StateUpdate::default()),
+            other => {
+                return Err(StateError::NotAnObject(
+                    match other {
+                        Value::Array(_) => "an array",
+                        Value::String(_) => "a string",
+                        Value::Number(_) => "a number",
+                        _ => "a boolean",
+                    }
+                    .to_string(),
+                ));
+            }
+        };
+        let mut u = StateUpdate::default();
+        for (k, v) in map {
+            match k.as_str() {
+                "messages" => u.messages = Some(messages_from_value(v)?),
+                "sandbox" => {
+                    if !v.is_null() {
+                        u.sandbox = Some(typed("sandbox", v)?);
+                    }
+                }
+                "thread_data" => u.thread_data = Some(last_value("thread_data", v)?),
+                "title" => u.title = Some(last_value("title", v)?),
+                "artifacts" => {
+                    if !v.is_null() {
+                        u.artifacts = Some(typed("artifacts", v)?);
+                    }
+                }
+                "todos" => {
+                    if !v.is_null() {
+                        u.todos = Some(typed("todos", v)?);
+                    }
+                }
+                "uploaded_files" => u.uploaded_files = Some(last_value("uploaded_files", v)?),
+                "viewed_images" => {
+                    if !v.is_null() {
+                        u.viewed_images = Some(typed("viewed_images", v)?);
+                    }
+                }
+                "summary_text" => u.summary_text = Some(last_value("summary_text", v)?),
+                _ => {
+                    u.extra.insert(k, v);
+                }
+            }
+        }
+        Ok(u)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self == &StateUpdate::default()
+    }
+
+    pub fn messages(messages: Vec<Message>) -> StateUpdate {
+        StateUpdate {
+            messages: Some(messages),
+            ..Default::default()
+        }
+    }
+
+    /// The update as the wire JSON a client would see in an `updates` event.
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Object(Map::new()))
+    }
+
+    /// Merges `other` into `self` so that applying the result equals applying both in order
+    /// (messages are concatenated; other channels take `other`'s value when written).
+    pub fn merge(&mut self, other: StateUpdate) {
+        if let Some(m) = other.messages {
+            self.messages.get_or_insert_with(Vec::new).extend(m);
+        }
+        if other.sandbox.is_some() {
+            self.sandbox = other.sandbox;
+        }
+        if other.thread_data.is_some() {
+            self.thread_data = other.thread_data;
+        }
+        if other.title.is_some() {
+            self.title = other.title;
+        }
+        if let Some(a) = other.artifacts {
+            self.artifacts.get_or_insert_with(Vec::new).extend(a);
+        }
+        if other.todos.is_some() {
+            self.todos = other.todos;
+        }
+        if other.uploaded_files.is_some() {
+            self.uploaded_files = other.uploaded_files;
+        }
+        if let Some(v) = other.viewed_images {
+            if v.is_empty() {
+                self.viewed_images = Some(Map::new());
+            } else {
+                let target = self.viewed_images.get_or_insert_with(Map::new);
+                target.extend(v);
+            }
+        }
+        if other.summary_text.is_some() {
+            self.summary_text = other.summary_text;
+        }
+        self.extra.extend(other.extra);
+    }
+}
+
+/// Assigns a fresh id to every message that has none (as `add_messages` does).
+pub fn assign_missing_ids(messages: &mut [Message]) {
+    for m in messages.iter_mut() {
+        if m.id.as_deref().is_none_or(str::is_empty) {
+            m.id = Some(uuid::Uuid::new_v4().to_string());
+        }
+    }
+}
+
+/// LangGraph `add_messages`: append; same id replaces in place; `RemoveMessage(id)` deletes;
+/// `RemoveMessage(REMOVE_ALL_MESSAGES)` drops everything before it. Ids must already be set.
+pub fn add_messages(left: &mut Vec<Message>, right: &[Message]) -> Result<(), ReducerError> {
+    let right = match right.iter().rposition(Message::is_remove_all) {
+        Some(pos) => {
+            left.clear();
+            &right[pos + 1..]
+        }
+        None => right,
+    };
+    let mut index: HashMap<String, usize> = left
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| m.id.clone().map(|id| (id, i)))
+        .collect();
+    let mut removed: Vec<bool> = vec![false; left.len()];
+    for m in right {
+        let id = m.id.clone().unwrap_or_default();
+        match (index.get(&id).copied(), &m.kind) {
+            (Some(i), MessageKind::Remove) => removed[i] = true,
+            (Some(i), _) => {
+                left[i] = m.clone();
+                removed[i] = false;
+            }
+            (None, MessageKind::Remove) => return Err(ReducerError::RemoveUnknownMessage(id)),
+            (None, _) => {
+                index.insert(id, left.len());
+                left.push(m.clone());
+                removed.push(false);
+            }
+        }
+    }
+    if removed.iter().any(|r| *r) {
+        let mut i = 0;
+        left.retain(|_| {
+            let keep = !removed[i];
+            i += 1;
+            keep
+        });
+    }
+    Ok(())
+}
+
+/// DeerFlow `merge_artifacts`: concatenation with order-preserving dedupe.
+pub fn merge_artifacts(existing: &mut Vec<String>, new: &[String]) {
+    for a in new {
+        if !existing.contains(a) {
+            existing.push(a.clone());
+        }
+    }
+    // Dedupe the existing part too (it may come from a client write).
+    let mut seen = std::collections::HashSet::new();
+    existing.retain(|a| seen.insert(a.clone()));
+}
+
+impl ThreadState {
+    /// Applies the writes of one step through the reducers. Missing message ids are assigned
+    /// *in the writes themselves*, so that persisting the writes and replaying them later
+    /// reproduces exactly the same state.
+    pub fn apply_writes(&mut self, writes: &mut [StateUpdate]) -> Result<(), ReducerError> {
+        // The sandbox reducer refuses two different ids in one step.
+        let mut step_sandbox: Option<&str> = None;
+        for w in writes.iter() {
+            if let Some(id) = w.sandbox.as_ref().and_then(|s| s.sandbox_id.as_deref()) {
+                match step_sandbox {
+                    Some(prev) if prev != id => {
+                        return Err(ReducerError::SandboxConflict(
+                            prev.to_string(),
+                            id.to_string(),
+                        ));
+                    }
+                    _ => step_sandbox = Some(id),
+                }
+            }
+        }
+        // Work on a copy so a failing write leaves the state untouched.
+        let mut next = self.clone();
+        for w in writes.iter_mut() {
+            if let Some(msgs) = w.messages.as_mut() {
+                assign_missing_ids(msgs);
+                add_messages(&mut next.messages, msgs)?;
+            }
+            if let Some(s) = &w.sandbox {
+                next.sandbox = Some(s.clone());
+            }
+            if let Some(td) = &w.thread_data {
+                next.thread_data = td.clone();
+            }
+            if let Some(t) = &w.title {
+                next.title = t.clone();
+            }
+            if let Some(a) = &w.artifacts {
+                merge_artifacts(next.artifacts.get_or_insert_with(Vec::new), a);
+            }
+            if let Some(t) = &w.todos {
+                next.todos = Some(t.clone());
+            }
+            if let Some(u) = &w.uploaded_files {
+                next.uploaded_files = u.clone();
+            }
+            if let Some(v) = &w.viewed_images {
+                if v.is_empty() {
+                    next.viewed_images = Some(Map::new());
+                } else {
+                    next.viewed_images
+                        .get_or_insert_with(Map::new)
+                        .extend(v.clone());
+                }
+            }
+            if let Some(s) = &w.summary_text {
+                next.summary_text = s.clone();
+            }
+            for (k, v) in &w.extra {
+                next.extra.insert(k.clone(), v.clone());
+            }
+        }
+        *self = next;
+        Ok(())
+    }
+
+    /// Applies a single update (one write in its own step).
+    pub fn apply(&mut self, update: &mut StateUpdate) -> Result<(), ReducerError> {
+        self.apply_writes(std::slice::from_mut(update))
+    }
+
+    /// The state as wire JSON (`values`).
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Object(Map::new()))
+    }
+
+    /// The state as a write that recreates it from an empty state (used for snapshots).
+    pub fn to_update(&self) -> StateUpdate {
+        StateUpdate {
+            messages: Some(self.messages.clone()),
+            sandbox: self.sandbox.clone(),
+            thread_data: self.thread_data.clone().map(Some),
+            title: self.title.clone().map(Some),
+            artifacts: self.artifacts.clone(),
+            todos: self.todos.clone(),
+            uploaded_files: self.uploaded_files.clone().map(Some),
+            viewed_images: self.viewed_images.clone(),
+            summary_text: self.summary_text.clone().map(Some),
+            extra: self.extra.clone(),
+        }
+    }
+
+    /// The last message, if any.
+    pub fn last_message(&self) -> Option<&Message> {
+        self.messages.last()
+    }
+}
+
+/// Id used to clear all messages, re-exported for convenience.
+pub const REMOVE_ALL: &str = REMOVE_ALL_MESSAGES;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn upd(v: Value) -> StateUpdate {
+        StateUpdate::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn messages_append_replace_remove() {
+        let mut s = ThreadState::default();
+        s.apply(&mut upd(json!({"messages": [
+            {"role": "user", "content": "a", "id": "1"},
+            {"type": "ai", "content": "b", "id": "2"}
+        ]})))
+        .unwrap();
+        s.apply(&mut upd(
+            json!({"messages": [{"type": "ai", "content": "B", "id": "2"}]}),
+        ))
+        .unwrap();
+        assert_eq!(s.messages.len(), 2);
+        assert_eq!(s.messages[1].text(), "B");
+        s.apply(&mut upd(
+            json!({"messages": [{"type": "remove", "id": "1"}]}),
+        ))
+        .unwrap();
+        assert_eq!(s.messages.len(), 1);
+        assert!(
+            s.apply(&mut upd(
+                json!({"messages": [{"type": "remove", "id": "zz"}]})
+            ))
+            .is_err()
+        );
+        s.apply(&mut upd(json!({"messages": [
+            {"type": "remove", "id": "__remove_all__"},
+            {"type": "human", "content": "fresh"}
+        ]})))
+        .unwrap();
+        assert_eq!(s.messages.len(), 1);
+        assert!(s.messages[0].id.is_some());
+    }
+
+    #[test]
+    fn ids_are_assigned_in_the_write() {
+        let mut s = ThreadState::default();
+        let mut u = upd(json!({"messages": "hi"}));
+        s.apply(&mut u).unwrap();
+        let id = u.messages.as_ref().unwrap()[0].id.clone();
+        assert!(id.is_some());
+        assert_eq!(s.messages[0].id, id);
+    }
+
+    #[test]
+    fn channel_reducers() {
+        let mut s = ThreadState::default();
+        s.apply(&mut upd(
+            json!({"artifacts": ["a", "b"], "todos": [{"content": "x", "status": "pending"}],
+            "viewed_images": {"p": {"size": 1}}, "title": "T"}),
+        ))
+        .unwrap();
+        s.apply(&mut upd(
+            json!({"artifacts": ["b", "c"], "todos": null, "artifacts2": 1}),
+        ))
+        .unwrap();
+        assert_eq!(s.artifacts.as_deref().unwrap(), ["a", "b", "c"]);
+        assert_eq!(s.todos.as_ref().unwrap().len(), 1);
+        s.apply(&mut upd(
+            json!({"todos": [], "viewed_images": {}, "title": null}),
+        ))
+        .unwrap();
+        assert!(s.todos.as_ref().unwrap().is_empty());
+        assert!(s.viewed_images.as_ref().unwrap().is_empty());
+        assert_eq!(s.title, None);
+        assert_eq!(s.extra["artifacts2"], 1);
+    }
+
+    #[test]
+    fn sandbox_conflict_in_one_step_is_an_error() {
+        let mut s = ThreadState::default();
+        let mut writes = vec![
+            upd(json!({"sandbox": {"sandbox_id": "a"}})),
+            upd(json!({"sandbox": {"sandbox_id": "b"}})),
+        ];
+        assert!(s.apply_writes(&mut writes).is_err());
+        assert_eq!(s, ThreadState::default());
+        let mut same = vec![
+            upd(json!({"sandbox": {"sandbox_id": "a"}})),
+            upd(json!({"sandbox": {"sandbox_id": "a"}})),
+        ];
+        s.apply_writes(&mut same).unwrap();
+        assert_eq!(s.sandbox.unwrap().sandbox_id.as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn state_round_trips_through_json() {
+        let mut s = ThreadState::default();
+        s.apply(&mut upd(
+            json!({"messages": [{"role": "user", "content": "hi"}],
+            "title": "t", "custom_key": {"x": 1}}),
+        ))
+        .unwrap();
+        let v = s.to_value();
+        let back: ThreadState = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(back, s);
+        assert_eq!(back.to_value(), v);
+    }
+}
