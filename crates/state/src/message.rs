@@ -2,7 +2,11 @@
 //!
 //! One flat [`Message`] struct covers every message type; which fields are
 //! serialized depends on [`MessageKind`], matching what langchain-core emits,
-//! and any unknown field is kept in `extra` so it round-trips.
+//! and any unknown field is kept in `extra` so it round-trips. The serialized key order is
+//! langchain-core 1.8's `model_dump()` order (checked against fixtures generated with the
+//! real library, see `tests/fixtures/gen_langchain_messages.py`). One case cannot be
+//! reproduced without per-entry state: an `AIMessageChunk` built from `invalid_tool_calls`
+//! without `tool_call_chunks` dumps them in `ai` order; Fawn writes chunk order.
 
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -181,8 +185,11 @@ impl UsageMetadata {
         }
     }
 
-    /// Adds two usages field by field (token details are summed where numeric).
+    /// Adds two usages like langchain's `add_usage`: every integer, including those in the
+    /// token details and in extra keys, is summed; nested objects add recursively.
     pub fn add(&self, other: &UsageMetadata) -> UsageMetadata {
+        let mut extra = self.extra.clone();
+        crate::chunk::add_usage_values(&mut extra, &other.extra);
         UsageMetadata {
             input_tokens: self.input_tokens + other.input_tokens,
             output_tokens: self.output_tokens + other.output_tokens,
@@ -192,13 +199,7 @@ impl UsageMetadata {
                 &self.output_token_details,
                 &other.output_token_details,
             ),
-            extra: {
-                let mut e = self.extra.clone();
-                for (k, v) in &other.extra {
-                    e.insert(k.clone(), v.clone());
-                }
-                e
-            },
+            extra,
         }
     }
 }
@@ -208,17 +209,16 @@ fn add_details(a: &Option<Value>, b: &Option<Value>) -> Option<Value> {
         (None, None) => None,
         (Some(x), None) | (None, Some(x)) => Some(x.clone()),
         (Some(Value::Object(x)), Some(Value::Object(y))) => {
-            let mut out = x.clone();
-            for (k, v) in y {
-                let merged = match (out.get(k), v) {
-                    (Some(Value::Number(p)), Value::Number(q)) => match (p.as_i64(), q.as_i64()) {
-                        (Some(p), Some(q)) => Value::from(p + q),
-                        _ => v.clone(),
-                    },
-                    _ => v.clone(),
-                };
-                out.insert(k.clone(), merged);
+            let mut sum = x.clone();
+            crate::chunk::add_usage_values(&mut sum, y);
+            // langchain re-validates the sum, which puts the known keys in schema order.
+            let mut out = Map::new();
+            for k in ["audio", "cache_creation", "cache_read", "reasoning"] {
+                if let Some(v) = sum.shift_remove(k) {
+                    out.insert(k.to_string(), v);
+                }
             }
+            out.extend(sum);
             Some(Value::Object(out))
         }
         (_, Some(y)) => Some(y.clone()),
@@ -339,6 +339,48 @@ impl Message {
         self.kind == MessageKind::Remove && self.id.as_deref() == Some(REMOVE_ALL_MESSAGES)
     }
 
+    /// True for streamed chunk kinds (`AIMessageChunk`, `HumanMessageChunk`, …).
+    pub fn is_chunk(&self) -> bool {
+        match &self.kind {
+            MessageKind::AiChunk => true,
+            MessageKind::Other(t) => chunk_base_type(t).is_some(),
+            _ => false,
+        }
+    }
+
+    /// langchain `message_chunk_to_message`: the complete message a chunk stands for
+    /// (`AIMessageChunk` → `ai` without `tool_call_chunks`/`chunk_position`, and its
+    /// `tool_calls` parsed from the chunks when it has none). Other messages are returned
+    /// as they are.
+    pub fn to_message(&self) -> Message {
+        match &self.kind {
+            MessageKind::AiChunk => {
+                let mut m = self.clone();
+                m.kind = MessageKind::Ai;
+                if m.tool_calls.is_empty()
+                    && m.invalid_tool_calls.is_empty()
+                    && !m.tool_call_chunks.is_empty()
+                {
+                    let (calls, invalid) = crate::chunk::chunk_tool_calls(&m);
+                    m.tool_calls = calls;
+                    m.invalid_tool_calls = invalid;
+                }
+                m.tool_call_chunks.clear();
+                m.chunk_position = None;
+                m
+            }
+            MessageKind::Other(t) => match chunk_base_type(t) {
+                Some(base) => {
+                    let mut o = self.to_map();
+                    o.insert("type".into(), Value::String(base.to_string()));
+                    parse_message(Value::Object(o)).unwrap_or_else(|_| self.clone())
+                }
+                None => self.clone(),
+            },
+            _ => self.clone(),
+        }
+    }
+
     /// Converts any message kind to a wire `Value`.
     pub fn to_value(&self) -> Value {
         serde_json::to_value(self).unwrap_or(Value::Null)
@@ -370,6 +412,18 @@ impl ToolCall {
     }
 }
 
+fn chunk_base_type(t: &str) -> Option<&'static str> {
+    match t {
+        "AIMessageChunk" => Some("ai"),
+        "HumanMessageChunk" => Some("human"),
+        "SystemMessageChunk" => Some("system"),
+        "ToolMessageChunk" => Some("tool"),
+        "ChatMessageChunk" => Some("chat"),
+        "FunctionMessageChunk" => Some("function"),
+        _ => None,
+    }
+}
+
 /// Why a JSON value could not become a [`Message`].
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum MessageError {
@@ -392,57 +446,135 @@ fn json_kind(v: &Value) -> &'static str {
     }
 }
 
-fn take_opt_string(
-    o: &mut Map<String, Value>,
-    key: &'static str,
-) -> Result<Option<String>, MessageError> {
-    match o.remove(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(Value::Number(n)) if key == "id" => Ok(Some(n.to_string())),
-        Some(other) => Err(MessageError::BadField {
-            field: key,
-            reason: format!("expected a string, got {}", json_kind(&other)),
-        }),
+fn bad(field: &'static str, reason: impl Into<String>) -> MessageError {
+    MessageError::BadField {
+        field,
+        reason: reason.into(),
     }
 }
 
-fn take_map(
-    o: &mut Map<String, Value>,
-    key: &'static str,
-) -> Result<Map<String, Value>, MessageError> {
-    match o.remove(key) {
-        None | Some(Value::Null) => Ok(Map::new()),
-        Some(Value::Object(m)) => Ok(m),
-        Some(other) => Err(MessageError::BadField {
-            field: key,
-            reason: format!("expected an object, got {}", json_kind(&other)),
-        }),
-    }
-}
-
-fn parse_content(v: Option<Value>) -> Result<Content, MessageError> {
+/// A string or null. `what` names the key inside `field` (`""` for the field itself).
+fn opt_string(field: &'static str, what: &str, v: Value) -> Result<Option<String>, MessageError> {
     match v {
-        None | Some(Value::Null) => Ok(Content::default()),
-        Some(Value::String(s)) => Ok(Content::Text(s)),
-        Some(Value::Array(a)) => Ok(Content::Blocks(a)),
-        Some(Value::Object(o)) => Ok(Content::Blocks(vec![Value::Object(o)])),
-        Some(other) => Err(MessageError::BadField {
-            field: "content",
-            reason: format!(
+        Value::Null => Ok(None),
+        Value::String(s) => Ok(Some(s)),
+        other => Err(bad(
+            field,
+            format!("{what}expected a string, got {}", json_kind(&other)),
+        )),
+    }
+}
+
+/// An id: a string, null, or (leniently) a number.
+fn opt_id(field: &'static str, what: &str, v: Value) -> Result<Option<String>, MessageError> {
+    match v {
+        Value::Number(n) => Ok(Some(n.to_string())),
+        other => opt_string(field, what, other),
+    }
+}
+
+fn object(field: &'static str, v: Value) -> Result<Map<String, Value>, MessageError> {
+    match v {
+        Value::Null => Ok(Map::new()),
+        Value::Object(m) => Ok(m),
+        other => Err(bad(
+            field,
+            format!("expected an object, got {}", json_kind(&other)),
+        )),
+    }
+}
+
+fn list(field: &'static str, v: Value) -> Result<Vec<Value>, MessageError> {
+    match v {
+        Value::Null => Ok(Vec::new()),
+        Value::Array(a) => Ok(a),
+        other => Err(bad(
+            field,
+            format!("expected a list, got {}", json_kind(&other)),
+        )),
+    }
+}
+
+fn entry_object(field: &'static str, v: Value) -> Result<Map<String, Value>, MessageError> {
+    match v {
+        Value::Object(o) => Ok(o),
+        other => Err(bad(
+            field,
+            format!("each entry must be an object, got {}", json_kind(&other)),
+        )),
+    }
+}
+
+fn parse_content(v: Value) -> Result<Content, MessageError> {
+    match v {
+        Value::Null => Ok(Content::default()),
+        Value::String(s) => Ok(Content::Text(s)),
+        Value::Array(a) => Ok(Content::Blocks(a)),
+        Value::Object(o) => Ok(Content::Blocks(vec![Value::Object(o)])),
+        other => Err(bad(
+            "content",
+            format!(
                 "expected a string or a list of blocks, got {}",
                 json_kind(&other)
             ),
-        }),
+        )),
     }
 }
 
-/// Parses JSON text of tool arguments into an object. `""` parses as `{}`.
+/// Escapes raw control characters inside JSON strings, so that text Python's
+/// `json.loads(strict=False)` accepts also parses with serde_json (same resulting values).
+/// A control character right after a backslash is left alone: it is an invalid escape in
+/// both parsers.
+fn escape_controls_in_strings(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.bytes().any(|b| b < 0x20) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    let mut in_string = false;
+    let mut escaped = false;
+    for ch in s.chars() {
+        if in_string {
+            if ch == '"' && !escaped {
+                in_string = false;
+            } else if ch == '\\' {
+                escaped = !escaped;
+            } else if (ch as u32) < 0x20 && !escaped {
+                push_control_escape(&mut out, ch);
+                continue;
+            } else {
+                escaped = false;
+            }
+        } else if ch == '"' {
+            in_string = true;
+            escaped = false;
+        }
+        out.push(ch);
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+pub(crate) fn push_control_escape(out: &mut String, ch: char) {
+    match ch {
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        c => out.push_str(&format!("\\u{:04x}", c as u32)),
+    }
+}
+
+/// Parses JSON the way Python's `json.loads(s, strict=False)` does (raw control characters
+/// allowed inside strings).
+pub fn parse_json_lenient(s: &str) -> Result<Value, serde_json::Error> {
+    serde_json::from_str(&escape_controls_in_strings(s))
+}
+
+/// Parses the JSON text of complete tool arguments into an object (strictly: no repair of
+/// truncated JSON). `""` parses as `{}`.
 pub fn parse_tool_args(raw: &str) -> Result<Map<String, Value>, String> {
     if raw.trim().is_empty() {
         return Ok(Map::new());
     }
-    match serde_json::from_str::<Value>(raw) {
+    match parse_json_lenient(raw) {
         Ok(Value::Object(o)) => Ok(o),
         Ok(other) => Err(format!(
             "tool arguments must be a JSON object, got {}",
@@ -452,232 +584,312 @@ pub fn parse_tool_args(raw: &str) -> Result<Map<String, Value>, String> {
     }
 }
 
-fn parse_tool_call(v: Value) -> Result<Result<ToolCall, InvalidToolCall>, MessageError> {
-    let Value::Object(mut o) = v else {
-        return Err(MessageError::BadField {
-            field: "tool_calls",
-            reason: format!("each tool call must be an object, got {}", json_kind(&v)),
-        });
-    };
-    // OpenAI shape: {id, type: "function", function: {name, arguments}}
-    if let Some(Value::Object(mut f)) = o.remove("function") {
-        let id = take_opt_string(&mut o, "id")?;
-        let name = take_opt_string(&mut f, "name")?;
-        let raw = match f.remove("arguments") {
-            None | Some(Value::Null) => String::new(),
-            Some(Value::String(s)) => s,
-            Some(Value::Object(m)) => {
-                return Ok(Ok(ToolCall {
-                    name: name.unwrap_or_default(),
-                    args: m,
-                    id,
-                    extra: Map::new(),
-                }));
-            }
-            Some(other) => other.to_string(),
-        };
-        return Ok(match (name, parse_tool_args(&raw)) {
-            (Some(name), Ok(args)) => Ok(ToolCall {
-                name,
-                args,
-                id,
-                extra: Map::new(),
-            }),
-            (name, Err(e)) => Err(InvalidToolCall {
-                name,
-                args: Some(raw),
-                id,
-                error: Some(e),
-                extra: Map::new(),
-            }),
-            (None, Ok(_)) => Err(InvalidToolCall {
-                name: None,
-                args: Some(raw),
-                id,
-                error: Some("tool call has no name".to_string()),
-                extra: Map::new(),
-            }),
-        });
-    }
-    let name = take_opt_string(&mut o, "name")?;
-    let id = take_opt_string(&mut o, "id")?;
-    o.remove("type");
-    let args = match o.remove("args") {
-        None | Some(Value::Null) => Ok(Map::new()),
-        Some(Value::Object(m)) => Ok(m),
-        Some(Value::String(s)) => parse_tool_args(&s).map_err(|e| (s, e)),
-        Some(other) => Err((
+/// Tool arguments given as a string (OpenAI) or an object (LangChain).
+fn tool_args(v: Value) -> Result<Map<String, Value>, (String, String)> {
+    match v {
+        Value::Null => Ok(Map::new()),
+        Value::Object(m) => Ok(m),
+        Value::String(s) => parse_tool_args(&s).map_err(|e| (s, e)),
+        other => Err((
             other.to_string(),
             format!(
                 "tool arguments must be an object, got {}",
                 json_kind(&other)
             ),
         )),
-    };
-    Ok(match (name, args) {
-        (Some(name), Ok(args)) => Ok(ToolCall {
+    }
+}
+
+/// A tool call from input: usable, or kept as an invalid one.
+enum ParsedCall {
+    Valid(ToolCall),
+    Invalid(InvalidToolCall),
+}
+
+fn finish_tool_call(
+    name: Option<String>,
+    args: Result<Map<String, Value>, (String, String)>,
+    id: Option<String>,
+    extra: Map<String, Value>,
+) -> ParsedCall {
+    match (name, args) {
+        (Some(name), Ok(args)) => ParsedCall::Valid(ToolCall {
             name,
             args,
             id,
-            extra: o,
+            extra,
         }),
-        (name, Err((raw, e))) => Err(InvalidToolCall {
+        (name, Err((raw, e))) => ParsedCall::Invalid(InvalidToolCall {
             name,
             args: Some(raw),
             id,
             error: Some(e),
-            extra: o,
+            extra,
         }),
-        (None, Ok(args)) => Err(InvalidToolCall {
+        (None, Ok(args)) => ParsedCall::Invalid(InvalidToolCall {
             name: None,
             args: Some(Value::Object(args).to_string()),
             id,
             error: Some("tool call has no name".to_string()),
-            extra: o,
-        }),
-    })
-}
-
-fn parse_invalid_tool_call(v: Value) -> Result<InvalidToolCall, MessageError> {
-    let Value::Object(mut o) = v else {
-        return Err(MessageError::BadField {
-            field: "invalid_tool_calls",
-            reason: "each entry must be an object".to_string(),
-        });
-    };
-    o.remove("type");
-    let args = match o.remove("args") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s),
-        Some(other) => Some(other.to_string()),
-    };
-    Ok(InvalidToolCall {
-        name: take_opt_string(&mut o, "name")?,
-        args,
-        id: take_opt_string(&mut o, "id")?,
-        error: match o.remove("error") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(s),
-            Some(other) => Some(other.to_string()),
-        },
-        extra: o,
-    })
-}
-
-fn parse_tool_call_chunk(v: Value) -> Result<ToolCallChunk, MessageError> {
-    let Value::Object(mut o) = v else {
-        return Err(MessageError::BadField {
-            field: "tool_call_chunks",
-            reason: "each entry must be an object".to_string(),
-        });
-    };
-    o.remove("type");
-    let args = match o.remove("args") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s),
-        Some(other) => Some(other.to_string()),
-    };
-    let index = match o.remove("index") {
-        None | Some(Value::Null) => None,
-        Some(Value::Number(n)) => n.as_i64(),
-        Some(other) => {
-            return Err(MessageError::BadField {
-                field: "tool_call_chunks",
-                reason: format!("index must be an integer, got {}", json_kind(&other)),
-            });
-        }
-    };
-    Ok(ToolCallChunk {
-        name: take_opt_string(&mut o, "name")?,
-        args,
-        id: take_opt_string(&mut o, "id")?,
-        index,
-        extra: o,
-    })
-}
-
-fn take_list(o: &mut Map<String, Value>, key: &'static str) -> Result<Vec<Value>, MessageError> {
-    match o.remove(key) {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(a)) => Ok(a),
-        Some(other) => Err(MessageError::BadField {
-            field: key,
-            reason: format!("expected a list, got {}", json_kind(&other)),
+            extra,
         }),
     }
 }
 
+/// One entry of `tool_calls`, in LangChain shape (`{name, args, id, type}`) or OpenAI shape
+/// (`{id, type: "function", function: {name, arguments}}`). Arguments that do not parse make
+/// an [`InvalidToolCall`] rather than an error.
+fn parse_tool_call(v: Value) -> Result<ParsedCall, MessageError> {
+    const F: &str = "tool_calls";
+    let o = entry_object(F, v)?;
+    if matches!(o.get("function"), Some(Value::Object(_))) {
+        let mut id = None;
+        let mut name = None;
+        let mut args = Ok(Map::new());
+        let mut extra = Map::new();
+        for (k, v) in o {
+            match k.as_str() {
+                "id" => id = opt_id(F, "`id`: ", v)?,
+                "type" | "index" => {}
+                "function" => {
+                    for (fk, fv) in object(F, v)? {
+                        match fk.as_str() {
+                            "name" => name = opt_string(F, "`function.name`: ", fv)?,
+                            "arguments" => args = tool_args(fv),
+                            _ => {}
+                        }
+                    }
+                }
+                _ => {
+                    extra.insert(k, v);
+                }
+            }
+        }
+        return Ok(finish_tool_call(name, args, id, extra));
+    }
+    let mut id = None;
+    let mut name = None;
+    let mut args = Ok(Map::new());
+    let mut extra = Map::new();
+    for (k, v) in o {
+        match k.as_str() {
+            "name" => name = opt_string(F, "`name`: ", v)?,
+            "id" => id = opt_id(F, "`id`: ", v)?,
+            "args" => args = tool_args(v),
+            "type" => {}
+            _ => {
+                extra.insert(k, v);
+            }
+        }
+    }
+    Ok(finish_tool_call(name, args, id, extra))
+}
+
+/// A string, or any other JSON kept as its text.
+fn loose_string(v: Value) -> Option<String> {
+    match v {
+        Value::Null => None,
+        Value::String(s) => Some(s),
+        other => Some(other.to_string()),
+    }
+}
+
+fn parse_invalid_tool_call(v: Value) -> Result<InvalidToolCall, MessageError> {
+    const F: &str = "invalid_tool_calls";
+    let mut tc = InvalidToolCall {
+        name: None,
+        args: None,
+        id: None,
+        error: None,
+        extra: Map::new(),
+    };
+    for (k, v) in entry_object(F, v)? {
+        match k.as_str() {
+            "name" => tc.name = opt_string(F, "`name`: ", v)?,
+            "id" => tc.id = opt_id(F, "`id`: ", v)?,
+            "args" => tc.args = loose_string(v),
+            "error" => tc.error = loose_string(v),
+            "type" => {}
+            _ => {
+                tc.extra.insert(k, v);
+            }
+        }
+    }
+    Ok(tc)
+}
+
+fn parse_tool_call_chunk(v: Value) -> Result<ToolCallChunk, MessageError> {
+    const F: &str = "tool_call_chunks";
+    let mut tc = ToolCallChunk::default();
+    for (k, v) in entry_object(F, v)? {
+        match k.as_str() {
+            "name" => tc.name = opt_string(F, "`name`: ", v)?,
+            "id" => tc.id = opt_id(F, "`id`: ", v)?,
+            "args" => tc.args = loose_string(v),
+            "index" => {
+                tc.index = match v {
+                    Value::Null => None,
+                    Value::Number(n) if n.as_i64().is_some() => n.as_i64(),
+                    other => {
+                        return Err(bad(
+                            F,
+                            format!("`index`: expected an integer, got {}", json_kind(&other)),
+                        ));
+                    }
+                }
+            }
+            "type" => {}
+            _ => {
+                tc.extra.insert(k, v);
+            }
+        }
+    }
+    Ok(tc)
+}
+
+/// `{"lc": 1, "type": "constructor", "id": [..., "HumanMessage"], "kwargs": {...}}`, the
+/// `Serializable` envelope, unpacked to `{"type": "human", ...kwargs}` as langchain-core does
+/// (an allowlist of class names; nothing is instantiated by name).
+fn unwrap_constructor_envelope(o: &Map<String, Value>) -> Result<Option<Value>, MessageError> {
+    let is_envelope = o.get("lc").and_then(Value::as_i64) == Some(1)
+        && o.get("type").and_then(Value::as_str) == Some("constructor");
+    let (Some(Value::Array(id)), Some(Value::Object(kwargs))) = (o.get("id"), o.get("kwargs"))
+    else {
+        return Ok(None);
+    };
+    if !is_envelope || id.is_empty() {
+        return Ok(None);
+    }
+    let class = id.last().and_then(Value::as_str).unwrap_or_default();
+    let kind = match class {
+        "HumanMessage" | "HumanMessageChunk" => "human",
+        "AIMessage" | "AIMessageChunk" => "ai",
+        "SystemMessage" | "SystemMessageChunk" => "system",
+        "FunctionMessage" | "FunctionMessageChunk" => "function",
+        "ToolMessage" | "ToolMessageChunk" => "tool",
+        "ChatMessage" | "ChatMessageChunk" => "chat",
+        "RemoveMessage" => "remove",
+        other => {
+            return Err(bad(
+                "id",
+                format!("unknown LangChain message class `{other}` in a constructor envelope"),
+            ));
+        }
+    };
+    let mut inner = Map::new();
+    inner.insert("type".to_string(), Value::String(kind.to_string()));
+    for (k, v) in kwargs {
+        inner.insert(k.clone(), v.clone());
+    }
+    Ok(Some(Value::Object(inner)))
+}
+
 fn parse_message(v: Value) -> Result<Message, MessageError> {
-    let mut o = match v {
+    let o = match v {
         Value::Object(o) => o,
         Value::String(s) => return Ok(Message::human(s)),
         other => return Err(MessageError::NotAnObject(json_kind(&other))),
     };
-    let kind = match (o.remove("type"), o.remove("role")) {
-        (Some(Value::String(t)), role) => {
-            let kind = MessageKind::parse(&t);
-            if kind == MessageKind::Chat
-                && let Some(r) = role
-            {
-                o.insert("role".to_string(), r);
-            }
-            kind
+    if let Some(inner) = unwrap_constructor_envelope(&o)? {
+        return parse_message(inner);
+    }
+    // `type` (LangChain) wins over `role` (OpenAI); `role` then stays a field (ChatMessage).
+    let (kind_str, role_is_kind) = match (o.get("type"), o.get("role")) {
+        (Some(Value::String(t)), _) => (t.clone(), false),
+        (Some(t), _) if !t.is_null() => {
+            return Err(bad(
+                "type",
+                format!("expected a string, got {}", json_kind(t)),
+            ));
         }
-        (None | Some(Value::Null), Some(Value::String(r))) => MessageKind::parse(&r),
-        (Some(other), _) => {
-            return Err(MessageError::BadField {
-                field: "type",
-                reason: format!("expected a string, got {}", json_kind(&other)),
-            });
+        (_, Some(Value::String(r))) => (r.clone(), true),
+        (_, Some(r)) if !r.is_null() => {
+            return Err(bad(
+                "role",
+                format!("expected a string, got {}", json_kind(r)),
+            ));
         }
         _ => return Err(MessageError::MissingType),
     };
-    let mut m = Message::blank(kind.clone(), parse_content(o.remove("content"))?);
-    m.additional_kwargs = take_map(&mut o, "additional_kwargs")?;
-    m.response_metadata = take_map(&mut o, "response_metadata")?;
-    m.name = take_opt_string(&mut o, "name")?;
-    m.id = take_opt_string(&mut o, "id")?;
-    if kind.is_ai() || kind == MessageKind::Other("AIMessage".into()) {
-        for tc in take_list(&mut o, "tool_calls")? {
-            match parse_tool_call(tc)? {
-                Ok(call) => m.tool_calls.push(call),
-                Err(bad) => m.invalid_tool_calls.push(bad),
+    let kind = MessageKind::parse(&kind_str);
+    let is_ai = kind.is_ai();
+    let mut m = Message::blank(kind.clone(), Content::default());
+    for (k, v) in o {
+        match k.as_str() {
+            "type" => {}
+            "role" if role_is_kind => {}
+            "content" => m.content = parse_content(v)?,
+            "additional_kwargs" => m.additional_kwargs = object("additional_kwargs", v)?,
+            "response_metadata" => m.response_metadata = object("response_metadata", v)?,
+            "name" => m.name = opt_string("name", "", v)?,
+            "id" => m.id = opt_id("id", "", v)?,
+            "tool_calls" if is_ai => {
+                for tc in list("tool_calls", v)? {
+                    match parse_tool_call(tc)? {
+                        ParsedCall::Valid(call) => m.tool_calls.push(call),
+                        ParsedCall::Invalid(bad_call) => m.invalid_tool_calls.push(bad_call),
+                    }
+                }
+            }
+            "invalid_tool_calls" if is_ai => {
+                for tc in list("invalid_tool_calls", v)? {
+                    m.invalid_tool_calls.push(parse_invalid_tool_call(tc)?);
+                }
+            }
+            "usage_metadata" if is_ai => {
+                m.usage_metadata = match v {
+                    Value::Null => None,
+                    Value::Object(u) => Some(
+                        serde_json::from_value(Value::Object(u))
+                            .map_err(|e| bad("usage_metadata", e.to_string()))?,
+                    ),
+                    other => {
+                        return Err(bad(
+                            "usage_metadata",
+                            format!("expected an object, got {}", json_kind(&other)),
+                        ));
+                    }
+                }
+            }
+            "tool_call_chunks" if kind == MessageKind::AiChunk => {
+                for c in list("tool_call_chunks", v)? {
+                    m.tool_call_chunks.push(parse_tool_call_chunk(c)?);
+                }
+            }
+            "chunk_position" if kind == MessageKind::AiChunk => {
+                m.chunk_position = opt_string("chunk_position", "", v)?;
+            }
+            "tool_call_id" if kind == MessageKind::Tool => {
+                m.tool_call_id = opt_id("tool_call_id", "", v)?;
+            }
+            "artifact" if kind == MessageKind::Tool => m.artifact = v,
+            "status" if kind == MessageKind::Tool => {
+                m.status = match v {
+                    Value::Null => None,
+                    Value::String(s) if s == "success" || s == "error" => Some(s),
+                    other => {
+                        return Err(bad(
+                            "status",
+                            format!("expected \"success\" or \"error\", got {other}"),
+                        ));
+                    }
+                }
+            }
+            "role" if kind == MessageKind::Chat => m.role = opt_string("role", "", v)?,
+            _ => {
+                m.extra.insert(k, v);
             }
         }
-        for itc in take_list(&mut o, "invalid_tool_calls")? {
-            m.invalid_tool_calls.push(parse_invalid_tool_call(itc)?);
-        }
-        m.usage_metadata = match o.remove("usage_metadata") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(
-                serde_json::from_value(v).map_err(|e| MessageError::BadField {
-                    field: "usage_metadata",
-                    reason: e.to_string(),
-                })?,
-            ),
-        };
-        if kind == MessageKind::AiChunk {
-            for c in take_list(&mut o, "tool_call_chunks")? {
-                m.tool_call_chunks.push(parse_tool_call_chunk(c)?);
-            }
-            m.chunk_position = take_opt_string(&mut o, "chunk_position")?;
-        }
     }
-    if kind == MessageKind::Tool {
-        m.tool_call_id = take_opt_string(&mut o, "tool_call_id")?;
-        m.artifact = o.remove("artifact").unwrap_or(Value::Null);
-        m.status = take_opt_string(&mut o, "status")?;
-        if m.status.is_none() {
-            m.status = Some("success".to_string());
-        }
+    if kind == MessageKind::Tool && m.status.is_none() {
+        m.status = Some("success".to_string());
     }
-    if kind == MessageKind::Chat {
-        m.role = take_opt_string(&mut o, "role")?;
+    if kind_str == "developer" && !m.additional_kwargs.contains_key("__openai_role__") {
+        m.additional_kwargs.insert(
+            "__openai_role__".to_string(),
+            Value::String("developer".to_string()),
+        );
     }
-    if kind == MessageKind::Function && m.name.is_none() {
-        m.name = None;
-    }
-    m.extra = o;
     Ok(m)
 }
 
@@ -700,13 +912,25 @@ fn tool_call_value(tc: &ToolCall) -> Value {
     Value::Object(o)
 }
 
-fn invalid_tool_call_value(tc: &InvalidToolCall) -> Value {
+/// langchain-core emits two key orders: validated `InvalidToolCall`s (every `ai` message)
+/// come out in schema order `type, id, name, args, error`; the ones an `AIMessageChunk`
+/// derives from its `tool_call_chunks` come out as `name, args, id, error, type`.
+fn invalid_tool_call_value(tc: &InvalidToolCall, chunk_order: bool) -> Value {
     let mut o = Map::new();
-    o.insert("name".into(), opt_str(&tc.name));
-    o.insert("args".into(), opt_str(&tc.args));
-    o.insert("id".into(), opt_str(&tc.id));
-    o.insert("error".into(), opt_str(&tc.error));
-    o.insert("type".into(), Value::String("invalid_tool_call".into()));
+    let ty = Value::String("invalid_tool_call".into());
+    if chunk_order {
+        o.insert("name".into(), opt_str(&tc.name));
+        o.insert("args".into(), opt_str(&tc.args));
+        o.insert("id".into(), opt_str(&tc.id));
+        o.insert("error".into(), opt_str(&tc.error));
+        o.insert("type".into(), ty);
+    } else {
+        o.insert("type".into(), ty);
+        o.insert("id".into(), opt_str(&tc.id));
+        o.insert("name".into(), opt_str(&tc.name));
+        o.insert("args".into(), opt_str(&tc.args));
+        o.insert("error".into(), opt_str(&tc.error));
+    }
     for (k, v) in &tc.extra {
         o.insert(k.clone(), v.clone());
     }
@@ -765,7 +989,9 @@ impl Message {
                     Value::Array(
                         self.invalid_tool_calls
                             .iter()
-                            .map(invalid_tool_call_value)
+                            .map(|tc| {
+                                invalid_tool_call_value(tc, self.kind == MessageKind::AiChunk)
+                            })
                             .collect(),
                     ),
                 );

@@ -225,8 +225,20 @@ impl StateUpdate {
         serde_json::to_value(self).unwrap_or(Value::Object(Map::new()))
     }
 
-    /// Merges `other` into `self` so that applying the result equals applying both in order
-    /// (messages are concatenated; other channels take `other`'s value when written).
+    /// Merges `other` into `self`, so that applying `self` afterwards equals applying the
+    /// old `self` and then `other` (as two separate applications) — with three exceptions
+    /// that a single write cannot express:
+    ///
+    /// * `messages`: `self` holds a `RemoveMessage` for an unknown id (an error on its own)
+    ///   and `other` a remove-all, which in one `add_messages` call discards it.
+    /// * `messages`: a `RemoveMessage(id)` in `self` followed by a message with the same id
+    ///   in `other`, when that id was already in the state. In one `add_messages` call the
+    ///   message is replaced in place; in two calls it is removed and then appended.
+    /// * `viewed_images`: `self` clears (`{}`) and `other` adds images. Merged, the images
+    ///   are added to the old ones instead of replacing them.
+    ///
+    /// Every other channel merges exactly: messages and artifacts concatenate, the others
+    /// (sandbox, todos, last-value channels, unknown keys) take `other`'s value when written.
     pub fn merge(&mut self, other: StateUpdate) {
         if let Some(m) = other.messages {
             self.messages.get_or_insert_with(Vec::new).extend(m);
@@ -250,7 +262,7 @@ impl StateUpdate {
             self.uploaded_files = other.uploaded_files;
         }
         if let Some(v) = other.viewed_images {
-            if v.is_empty() {
+            if clears_viewed_images(&v) {
                 self.viewed_images = Some(Map::new());
             } else {
                 let target = self.viewed_images.get_or_insert_with(Map::new);
@@ -273,9 +285,84 @@ pub fn assign_missing_ids(messages: &mut [Message]) {
     }
 }
 
+/// What `add_messages` does to its input first: chunks become messages
+/// (`message_chunk_to_message`) and missing ids are assigned.
+pub fn normalize_messages(messages: &mut [Message]) {
+    for m in messages.iter_mut() {
+        if m.is_chunk() {
+            *m = m.to_message();
+        }
+    }
+    assign_missing_ids(messages);
+}
+
+fn id_of(m: &Message) -> &str {
+    m.id.as_deref().unwrap_or_default()
+}
+
+/// Checks that applying `writes` (each one `add_messages` call) to messages with the ids
+/// `ids` cannot fail, i.e. every `RemoveMessage` names an id present at that point.
+fn check_removals<'a>(
+    ids: &mut std::collections::HashSet<&'a str>,
+    right: &'a [Message],
+) -> Result<(), ReducerError> {
+    let right = match right.iter().rposition(Message::is_remove_all) {
+        Some(pos) => {
+            ids.clear();
+            &right[pos + 1..]
+        }
+        None => right,
+    };
+    let mut removed = std::collections::HashSet::new();
+    for m in right {
+        let id = id_of(m);
+        if m.kind == MessageKind::Remove {
+            if !ids.contains(id) {
+                return Err(ReducerError::RemoveUnknownMessage(id.to_string()));
+            }
+            removed.insert(id);
+        } else {
+            ids.insert(id);
+            removed.remove(id);
+        }
+    }
+    for id in removed {
+        ids.remove(id);
+    }
+    Ok(())
+}
+
 /// LangGraph `add_messages`: append; same id replaces in place; `RemoveMessage(id)` deletes;
-/// `RemoveMessage(REMOVE_ALL_MESSAGES)` drops everything before it. Ids must already be set.
+/// `RemoveMessage(REMOVE_ALL_MESSAGES)` drops everything before it. Chunks are turned into
+/// messages and messages without an id get a fresh one (pass the write through
+/// [`normalize_messages`] first to know those ids). On error `left` is unchanged.
+///
+/// One deliberate difference: the messages after a remove-all go through the usual rules
+/// (LangGraph returns them verbatim, so a duplicate id there would appear twice and a
+/// `RemoveMessage` would be stored as a message).
 pub fn add_messages(left: &mut Vec<Message>, right: &[Message]) -> Result<(), ReducerError> {
+    let needs_fixing = |m: &Message| m.is_chunk() || m.id.as_deref().is_none_or(str::is_empty);
+    let normalized;
+    let right = if right.iter().any(needs_fixing) {
+        let mut copy = right.to_vec();
+        normalize_messages(&mut copy);
+        normalized = copy;
+        &normalized[..]
+    } else {
+        right
+    };
+    if left.iter().any(needs_fixing) {
+        normalize_messages(left);
+    }
+    let mut ids: std::collections::HashSet<&str> = left.iter().map(id_of).collect();
+    check_removals(&mut ids, right)?;
+    drop(ids);
+    apply_add_messages(left, right);
+    Ok(())
+}
+
+/// `add_messages` on input already checked by [`check_removals`] and normalised.
+fn apply_add_messages(left: &mut Vec<Message>, right: &[Message]) {
     let right = match right.iter().rposition(Message::is_remove_all) {
         Some(pos) => {
             left.clear();
@@ -286,20 +373,21 @@ pub fn add_messages(left: &mut Vec<Message>, right: &[Message]) -> Result<(), Re
     let mut index: HashMap<String, usize> = left
         .iter()
         .enumerate()
-        .filter_map(|(i, m)| m.id.clone().map(|id| (id, i)))
+        .map(|(i, m)| (id_of(m).to_string(), i))
         .collect();
     let mut removed: Vec<bool> = vec![false; left.len()];
     for m in right {
-        let id = m.id.clone().unwrap_or_default();
-        match (index.get(&id).copied(), &m.kind) {
+        let id = id_of(m);
+        match (index.get(id).copied(), &m.kind) {
             (Some(i), MessageKind::Remove) => removed[i] = true,
             (Some(i), _) => {
                 left[i] = m.clone();
                 removed[i] = false;
             }
-            (None, MessageKind::Remove) => return Err(ReducerError::RemoveUnknownMessage(id)),
+            // Checked beforehand: cannot happen.
+            (None, MessageKind::Remove) => {}
             (None, _) => {
-                index.insert(id, left.len());
+                index.insert(id.to_string(), left.len());
                 left.push(m.clone());
                 removed.push(false);
             }
@@ -313,83 +401,117 @@ pub fn add_messages(left: &mut Vec<Message>, right: &[Message]) -> Result<(), Re
             keep
         });
     }
-    Ok(())
 }
 
-/// DeerFlow `merge_artifacts`: concatenation with order-preserving dedupe.
+/// DeerFlow `merge_artifacts`: concatenation with order-preserving dedupe. (DeerFlow skips
+/// the dedupe on the very first write; Fawn always dedupes, so the channel never holds a
+/// duplicate.)
 pub fn merge_artifacts(existing: &mut Vec<String>, new: &[String]) {
+    let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
+    existing.retain(|a| seen.insert(a.clone()));
     for a in new {
-        if !existing.contains(a) {
+        if seen.insert(a.clone()) {
             existing.push(a.clone());
         }
     }
-    // Dedupe the existing part too (it may come from a client write).
-    let mut seen = std::collections::HashSet::new();
-    existing.retain(|a| seen.insert(a.clone()));
+}
+
+/// Key DeerFlow uses as an explicit "clear viewed images" marker (`CLEAR_VIEWED_IMAGES`).
+pub const CLEAR_VIEWED_IMAGES_KEY: &str = "__deerflow_clear__";
+
+/// `{}` clears `viewed_images` (as the reference documents); so does DeerFlow's newer
+/// explicit marker key.
+fn clears_viewed_images(v: &Map<String, Value>) -> bool {
+    v.is_empty() || v.contains_key(CLEAR_VIEWED_IMAGES_KEY)
+}
+
+fn sandbox_id_text(s: &SandboxState) -> String {
+    s.sandbox_id.clone().unwrap_or_else(|| "null".to_string())
 }
 
 impl ThreadState {
-    /// Applies the writes of one step through the reducers. Missing message ids are assigned
-    /// *in the writes themselves*, so that persisting the writes and replaying them later
-    /// reproduces exactly the same state.
+    /// Applies the writes of one step through the reducers, atomically: on error the state
+    /// is unchanged. Chunks in `messages` writes become messages and missing message ids are
+    /// assigned *in the writes themselves*, so that persisting the writes and replaying them
+    /// later reproduces exactly the same state.
+    ///
+    /// `sandbox`: every value written in one step must carry the same `sandbox_id` (an
+    /// error otherwise); the step's value then replaces the stored one.
     pub fn apply_writes(&mut self, writes: &mut [StateUpdate]) -> Result<(), ReducerError> {
-        // The sandbox reducer refuses two different ids in one step.
-        let mut step_sandbox: Option<&str> = None;
+        let mut step_sandbox: Option<&SandboxState> = None;
         for w in writes.iter() {
-            if let Some(id) = w.sandbox.as_ref().and_then(|s| s.sandbox_id.as_deref()) {
+            if let Some(s) = &w.sandbox {
                 match step_sandbox {
-                    Some(prev) if prev != id => {
+                    Some(prev) if prev.sandbox_id != s.sandbox_id => {
                         return Err(ReducerError::SandboxConflict(
-                            prev.to_string(),
-                            id.to_string(),
+                            sandbox_id_text(prev),
+                            sandbox_id_text(s),
                         ));
                     }
-                    _ => step_sandbox = Some(id),
+                    Some(_) => {}
+                    None => step_sandbox = Some(s),
                 }
             }
         }
-        // Work on a copy so a failing write leaves the state untouched.
-        let mut next = self.clone();
+        let step_sandbox = step_sandbox.cloned();
         for w in writes.iter_mut() {
             if let Some(msgs) = w.messages.as_mut() {
-                assign_missing_ids(msgs);
-                add_messages(&mut next.messages, msgs)?;
+                normalize_messages(msgs);
             }
-            if let Some(s) = &w.sandbox {
-                next.sandbox = Some(s.clone());
+        }
+        // Everything below is infallible once the removals are known to be valid.
+        if self
+            .messages
+            .iter()
+            .any(|m| m.is_chunk() || m.id.as_deref().is_none_or(str::is_empty))
+        {
+            normalize_messages(&mut self.messages);
+        }
+        let mut ids: std::collections::HashSet<&str> = self.messages.iter().map(id_of).collect();
+        for w in writes.iter() {
+            if let Some(msgs) = &w.messages {
+                check_removals(&mut ids, msgs)?;
+            }
+        }
+        drop(ids);
+        for w in writes.iter() {
+            if let Some(msgs) = &w.messages {
+                apply_add_messages(&mut self.messages, msgs);
             }
             if let Some(td) = &w.thread_data {
-                next.thread_data = td.clone();
+                self.thread_data = td.clone();
             }
             if let Some(t) = &w.title {
-                next.title = t.clone();
+                self.title = t.clone();
             }
             if let Some(a) = &w.artifacts {
-                merge_artifacts(next.artifacts.get_or_insert_with(Vec::new), a);
+                merge_artifacts(self.artifacts.get_or_insert_with(Vec::new), a);
             }
             if let Some(t) = &w.todos {
-                next.todos = Some(t.clone());
+                self.todos = Some(t.clone());
             }
             if let Some(u) = &w.uploaded_files {
-                next.uploaded_files = u.clone();
+                self.uploaded_files = u.clone();
             }
             if let Some(v) = &w.viewed_images {
-                if v.is_empty() {
-                    next.viewed_images = Some(Map::new());
+                if clears_viewed_images(v) {
+                    self.viewed_images = Some(Map::new());
                 } else {
-                    next.viewed_images
+                    self.viewed_images
                         .get_or_insert_with(Map::new)
                         .extend(v.clone());
                 }
             }
             if let Some(s) = &w.summary_text {
-                next.summary_text = s.clone();
+                self.summary_text = s.clone();
             }
             for (k, v) in &w.extra {
-                next.extra.insert(k.clone(), v.clone());
+                self.extra.insert(k.clone(), v.clone());
             }
         }
-        *self = next;
+        if let Some(s) = step_sandbox {
+            self.sandbox = Some(s);
+        }
         Ok(())
     }
 

@@ -1,0 +1,273 @@
+//! The mock's HTTP side: one handler that records every request and answers it.
+
+use crate::record::{RecordedRequest, is_anthropic_path, is_models_path, is_openai_chat_path};
+use crate::script::{Fault, Turn};
+use crate::{MockConfig, anthropic, openai};
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::{Notify, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+
+/// Request bodies above this size are refused with 413.
+const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+pub(crate) struct Shared {
+    pub turns: Mutex<VecDeque<Turn>>,
+    pub requests: Mutex<Vec<RecordedRequest>>,
+    pub notify: Notify,
+    pub config: MockConfig,
+    pub cancel: CancellationToken,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    OpenAi,
+    Anthropic,
+}
+
+pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+        Ok(b) => b,
+        Err(e) => {
+            return json_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                json!({"error": {"message": format!("could not read request body: {e}"),
+                                 "type": "invalid_request_error", "param": null, "code": null}}),
+                None,
+            );
+        }
+    };
+    let mut headers = BTreeMap::new();
+    for (name, value) in &parts.headers {
+        let v = String::from_utf8_lossy(value.as_bytes()).into_owned();
+        headers
+            .entry(name.as_str().to_ascii_lowercase())
+            .and_modify(|existing: &mut String| {
+                existing.push_str(", ");
+                existing.push_str(&v);
+            })
+            .or_insert(v);
+    }
+    let body_json: Option<Value> = serde_json::from_slice(&bytes).ok();
+    let path = parts.uri.path().to_string();
+    let record = RecordedRequest {
+        method: parts.method.as_str().to_string(),
+        path: path.clone(),
+        query: parts.uri.query().map(str::to_string),
+        headers,
+        body: body_json.clone(),
+        body_text: String::from_utf8_lossy(&bytes).into_owned(),
+    };
+    lock(&shared.requests).push(record);
+    shared.notify.notify_waiters();
+
+    let method = parts.method.as_str();
+    if method == "GET" && is_models_path(&path) {
+        return json_response(StatusCode::OK, openai::models(&shared.config.model), None);
+    }
+    if method == "GET" && (path == "/" || path == "/health") {
+        return json_response(StatusCode::OK, json!({"ok": true}), None);
+    }
+    let protocol = if method == "POST" && is_openai_chat_path(&path) {
+        Protocol::OpenAi
+    } else if method == "POST" && is_anthropic_path(&path) {
+        Protocol::Anthropic
+    } else {
+        return json_response(
+            StatusCode::NOT_FOUND,
+            json!({"error": {"message": format!("mock LLM has no route {method} {path}"),
+                             "type": "invalid_request_error", "param": null, "code": "not_found"}}),
+            None,
+        );
+    };
+    let Some(body) = body_json else {
+        return json_response(
+            StatusCode::BAD_REQUEST,
+            json!({"error": {"message": "request body is not valid JSON",
+                             "type": "invalid_request_error", "param": null, "code": null}}),
+            None,
+        );
+    };
+    answer(&shared, protocol, &body).await
+}
+
+async fn answer(shared: &Arc<Shared>, protocol: Protocol, body: &Value) -> Response {
+    let view = match protocol {
+        Protocol::OpenAi => openai::view(body),
+        Protocol::Anthropic => anthropic::view(body),
+    };
+    let scripted = lock(&shared.turns).pop_front();
+    let turn = match scripted {
+        Some(t) => t,
+        None => shared.config.behavior.answer(&view),
+    };
+    let chunking = turn
+        .chunking
+        .clone()
+        .unwrap_or_else(|| shared.config.chunking.clone());
+    let delay = turn.chunk_delay.unwrap_or(shared.config.chunk_delay);
+
+    if let Some(fault) = &turn.fault {
+        let http = match protocol {
+            Protocol::OpenAi => openai::error_for(fault),
+            Protocol::Anthropic => anthropic::error_for(fault),
+        };
+        if let Some((status, body, retry_after)) = http {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            return json_response(status, body, retry_after);
+        }
+        if *fault == Fault::Hang {
+            shared.cancel.cancelled().await;
+            return json_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({"error": {"message": "mock LLM stopped", "type": "server_error",
+                                 "param": null, "code": null}}),
+                None,
+            );
+        }
+    }
+
+    if view.stream {
+        let mut frames: Vec<Bytes> = match protocol {
+            Protocol::OpenAi => {
+                let env = openai::Envelope::new(&view.model);
+                openai::stream_chunks(&turn, &view, &env, &chunking)
+                    .into_iter()
+                    .map(|c| Bytes::from(format!("data: {c}\n\n")))
+                    .collect()
+            }
+            Protocol::Anthropic => anthropic::stream_events(&turn, &view, &chunking)
+                .into_iter()
+                .map(|(event, data)| Bytes::from(format!("event: {event}\ndata: {data}\n\n")))
+                .collect(),
+        };
+        if protocol == Protocol::OpenAi {
+            frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
+        }
+        let mut drop_at_end = false;
+        match &turn.fault {
+            Some(Fault::MalformedChunk { after_chunks }) => {
+                frames.truncate(*after_chunks);
+                match protocol {
+                    Protocol::OpenAi => {
+                        frames.push(Bytes::from_static(
+                            b"data: {\"id\": \"chatcmpl-broken\", \"choices\": [{\"delta\": \n\n",
+                        ));
+                        frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
+                    }
+                    Protocol::Anthropic => frames.push(Bytes::from_static(
+                        b"event: content_block_delta\ndata: {\"type\": \"content_block_delta\", \"index\": \n\n",
+                    )),
+                }
+            }
+            Some(Fault::DropConnection { after_chunks }) => {
+                frames.truncate(*after_chunks);
+                drop_at_end = true;
+            }
+            _ => {}
+        }
+        return stream_response(
+            "text/event-stream",
+            frames,
+            delay,
+            drop_at_end,
+            shared.cancel.clone(),
+        );
+    }
+
+    let full = match protocol {
+        Protocol::OpenAi => {
+            openai::full_response(&turn, &view, &openai::Envelope::new(&view.model))
+        }
+        Protocol::Anthropic => anthropic::full_response(&turn, &view),
+    };
+    match &turn.fault {
+        Some(Fault::MalformedChunk { .. }) => Response::builder()
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from("{\"id\": \"chatcmpl-broken\", \"choices\": "))
+            .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()),
+        Some(Fault::DropConnection { .. }) => {
+            let text = full.to_string();
+            let half = text.len() / 2;
+            let cut = (0..=half)
+                .rev()
+                .find(|i| text.is_char_boundary(*i))
+                .unwrap_or(0);
+            stream_response(
+                "application/json",
+                vec![Bytes::from(text[..cut].to_string())],
+                Duration::ZERO,
+                true,
+                shared.cancel.clone(),
+            )
+        }
+        _ => json_response(StatusCode::OK, full, None),
+    }
+}
+
+fn json_response(status: StatusCode, body: Value, retry_after: Option<u64>) -> Response {
+    let mut resp = (status, axum::Json(body)).into_response();
+    if let Some(secs) = retry_after
+        && let Ok(v) = HeaderValue::from_str(&secs.to_string())
+    {
+        resp.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    resp
+}
+
+/// Streams `frames` with `delay` between them; ends by aborting the connection when
+/// `drop_at_end` (the client sees a body cut short, never a clean end).
+fn stream_response(
+    content_type: &'static str,
+    frames: Vec<Bytes>,
+    delay: Duration,
+    drop_at_end: bool,
+    cancel: CancellationToken,
+) -> Response {
+    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+    tokio::spawn(async move {
+        for (i, frame) in frames.into_iter().enumerate() {
+            if i > 0 && !delay.is_zero() {
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = cancel.cancelled() => return,
+                }
+            }
+            if tx.send(Ok(frame)).await.is_err() {
+                return;
+            }
+        }
+        if drop_at_end {
+            // Let the server flush what was sent before the connection is aborted.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let _ = tx
+                .send(Err(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionAborted,
+                    "mock LLM dropped the connection",
+                )))
+                .await;
+        }
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, content_type)
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(ReceiverStream::new(rx)))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}

@@ -1,0 +1,7 @@
+//! Integration tests for the mock LLM, driven over HTTP with reqwest.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod anthropic;
+mod faults;
+mod openai;
+mod support;
