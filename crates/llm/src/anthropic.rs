@@ -129,17 +129,20 @@ fn assistant_blocks(m: &Message) -> Vec<Value> {
         }
     }
     for tc in &m.tool_calls {
-        out.push(json!({"type": "tool_use", "id": tc.id.clone().unwrap_or_default(),
-                        "name": tc.name, "input": Value::Object(tc.args.clone())}));
+        out.push(
+            json!({"type": "tool_use", "id": tc.id.clone().unwrap_or_default(),
+                        "name": tc.name, "input": Value::Object(tc.args.clone())}),
+        );
     }
     out
 }
 
 fn tool_result_block(m: &Message, vision: bool, index: usize) -> Result<Value, LlmError> {
-    let id = m
-        .tool_call_id
-        .clone()
-        .ok_or_else(|| bad(format!("messages[{index}]: tool message has no tool_call_id")))?;
+    let id = m.tool_call_id.clone().ok_or_else(|| {
+        bad(format!(
+            "messages[{index}]: tool message has no tool_call_id"
+        ))
+    })?;
     let content = match &m.content {
         Content::Text(s) => Value::String(s.clone()),
         other => Value::Array(user_blocks(other, vision)),
@@ -338,7 +341,9 @@ fn usage_metadata(input: Option<&Value>, output_tokens: i64) -> UsageMetadata {
         input_tokens,
         output_tokens,
         total_tokens: input_tokens + output_tokens,
-        input_token_details: Some(json!({"cache_read": cache_read, "cache_creation": cache_creation})),
+        input_token_details: Some(
+            json!({"cache_read": cache_read, "cache_creation": cache_creation}),
+        ),
         output_token_details: None,
         extra: Map::new(),
     }
@@ -457,7 +462,10 @@ impl Converter {
                     "tool_use" => {
                         let mut m = self.blank();
                         m.tool_call_chunks.push(ToolCallChunk {
-                            name: block.get("name").and_then(Value::as_str).map(str::to_string),
+                            name: block
+                                .get("name")
+                                .and_then(Value::as_str)
+                                .map(str::to_string),
                             args: Some(String::new()),
                             id: block.get("id").and_then(Value::as_str).map(str::to_string),
                             index: Some(index),
@@ -471,10 +479,18 @@ impl Converter {
             "content_block_delta" => {
                 let delta = data.get("delta").cloned().unwrap_or(Value::Null);
                 let dty = delta.get("type").and_then(Value::as_str).unwrap_or("");
-                let s = |k: &str| delta.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+                let s = |k: &str| {
+                    delta
+                        .get(k)
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string()
+                };
                 Ok(match dty {
                     "text_delta" => Some(self.text_chunk(index, &s("text"))),
-                    "thinking_delta" => Some(self.thinking_chunk(index, "thinking", &s("thinking"))),
+                    "thinking_delta" => {
+                        Some(self.thinking_chunk(index, "thinking", &s("thinking")))
+                    }
                     "signature_delta" if !self.as_text => {
                         Some(self.thinking_chunk(index, "signature", &s("signature")))
                     }
@@ -787,10 +803,7 @@ impl StreamState {
                         Err(e) => {
                             self.done = true;
                             return Some(Err(LlmError::Malformed {
-                                message: format!(
-                                    "invalid JSON in '{}' event: {e}",
-                                    ev.event
-                                ),
+                                message: format!("invalid JSON in '{}' event: {e}", ev.event),
                             }));
                         }
                     };
@@ -890,7 +903,9 @@ mod tests {
         chunks.push(c.finish().unwrap());
         let m = merge_chunks(&chunks);
         assert_eq!(m.text(), "Hi");
-        let Content::Blocks(blocks) = &m.content else { panic!("{:?}", m.content) };
+        let Content::Blocks(blocks) = &m.content else {
+            panic!("{:?}", m.content)
+        };
         assert_eq!(blocks[0]["thinking"], "hmm ok");
         assert_eq!(blocks[0]["signature"], "s1");
         assert_eq!(m.tool_calls[0].args["a"], 2);
@@ -899,7 +914,10 @@ mod tests {
         assert_eq!((u.input_tokens, u.output_tokens), (12, 7));
         // Replaying the folded message keeps the signed thinking block.
         let (_, turns) = convert_messages(&[Message::human("q"), m], false).unwrap();
-        assert_eq!(turns[1]["content"][0], json!({"type": "thinking", "thinking": "hmm ok", "signature": "s1"}));
+        assert_eq!(
+            turns[1]["content"][0],
+            json!({"type": "thinking", "thinking": "hmm ok", "signature": "s1"})
+        );
     }
 
     #[test]
@@ -909,7 +927,10 @@ mod tests {
             .event("error", &json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}))
             .unwrap_err();
         assert!(matches!(e, LlmError::Server { status: 529, .. }));
-        assert_eq!(messages_url("https://api.anthropic.com"), "https://api.anthropic.com/v1/messages");
+        assert_eq!(
+            messages_url("https://api.anthropic.com"),
+            "https://api.anthropic.com/v1/messages"
+        );
         assert_eq!(messages_url("http://h/v1/"), "http://h/v1/messages");
         assert_eq!(tool_choice(&json!("required")), json!({"type": "any"}));
         assert_eq!(

@@ -115,12 +115,30 @@ mod tests {
     #[test]
     fn recognises_langchain_image_shapes() {
         let cases = [
-            (json!({"type": "image_url", "image_url": {"url": "https://x/a.png"}}), "https://x/a.png"),
-            (json!({"type": "image_url", "image_url": "https://x/b.png"}), "https://x/b.png"),
-            (json!({"type": "image", "url": "https://x/c.png"}), "https://x/c.png"),
-            (json!({"type": "image", "source_type": "base64", "data": "QUJD", "mime_type": "image/jpeg"}), "data:image/jpeg;base64,QUJD"),
-            (json!({"type": "image", "base64": "QUJD", "mime_type": "image/png"}), "data:image/png;base64,QUJD"),
-            (json!({"type": "image", "source": {"type": "base64", "media_type": "image/gif", "data": "QUJD"}}), "data:image/gif;base64,QUJD"),
+            (
+                json!({"type": "image_url", "image_url": {"url": "https://x/a.png"}}),
+                "https://x/a.png",
+            ),
+            (
+                json!({"type": "image_url", "image_url": "https://x/b.png"}),
+                "https://x/b.png",
+            ),
+            (
+                json!({"type": "image", "url": "https://x/c.png"}),
+                "https://x/c.png",
+            ),
+            (
+                json!({"type": "image", "source_type": "base64", "data": "QUJD", "mime_type": "image/jpeg"}),
+                "data:image/jpeg;base64,QUJD",
+            ),
+            (
+                json!({"type": "image", "base64": "QUJD", "mime_type": "image/png"}),
+                "data:image/png;base64,QUJD",
+            ),
+            (
+                json!({"type": "image", "source": {"type": "base64", "media_type": "image/gif", "data": "QUJD"}}),
+                "data:image/gif;base64,QUJD",
+            ),
         ];
         for (block, url) in cases {
             assert!(is_image_block(&block));

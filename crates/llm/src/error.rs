@@ -62,7 +62,11 @@ pub fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
     {
         return Some(Duration::from_secs_f64(ms / 1000.0));
     }
-    let raw = headers.get(http::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    let raw = headers
+        .get(http::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
     if let Ok(secs) = raw.parse::<f64>() {
         return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
     }
@@ -260,28 +264,55 @@ mod tests {
     #[test]
     fn classifies_statuses_and_bodies() {
         let quota = r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}"#;
-        assert!(matches!(classify_http(429, None, quota), LlmError::Quota { .. }));
         assert!(matches!(
-            classify_http(400, None, r#"{"type":"error","error":{"type":"invalid_request_error","message":"Your credit balance is too low"}}"#),
+            classify_http(429, None, quota),
             LlmError::Quota { .. }
         ));
-        assert!(matches!(classify_http(401, None, "{}"), LlmError::Auth { status: 401, .. }));
-        assert!(matches!(classify_http(403, None, "nope"), LlmError::Auth { status: 403, .. }));
-        let rl = classify_http(429, Some(Duration::from_secs(3)), r#"{"error":{"message":"slow down"}}"#);
+        assert!(matches!(
+            classify_http(
+                400,
+                None,
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"Your credit balance is too low"}}"#
+            ),
+            LlmError::Quota { .. }
+        ));
+        assert!(matches!(
+            classify_http(401, None, "{}"),
+            LlmError::Auth { status: 401, .. }
+        ));
+        assert!(matches!(
+            classify_http(403, None, "nope"),
+            LlmError::Auth { status: 403, .. }
+        ));
+        let rl = classify_http(
+            429,
+            Some(Duration::from_secs(3)),
+            r#"{"error":{"message":"slow down"}}"#,
+        );
         assert_eq!(rl.retry_after(), Some(Duration::from_secs(3)));
         assert_eq!(rl.kind(), "rate_limit");
         for s in [408, 409, 425, 500, 502, 503, 504, 529] {
-            assert!(matches!(classify_http(s, None, ""), LlmError::Server { .. }), "{s}");
+            assert!(
+                matches!(classify_http(s, None, ""), LlmError::Server { .. }),
+                "{s}"
+            );
         }
         assert!(matches!(
             classify_http(400, None, r#"{"error":{"message":"bad param"}}"#),
             LlmError::BadRequest { status: 400, .. }
         ));
         assert!(matches!(
-            classify_http(400, None, r#"{"error":{"message":"Server busy, try later"}}"#),
+            classify_http(
+                400,
+                None,
+                r#"{"error":{"message":"Server busy, try later"}}"#
+            ),
             LlmError::Server { .. }
         ));
-        assert!(matches!(classify_http(402, None, ""), LlmError::Quota { .. }));
+        assert!(matches!(
+            classify_http(402, None, ""),
+            LlmError::Quota { .. }
+        ));
         match classify_http(400, None, r#"{"error":{"message":"bad param"}}"#) {
             LlmError::BadRequest { message, .. } => assert_eq!(message, "bad param"),
             other => panic!("{other:?}"),
@@ -296,7 +327,10 @@ mod tests {
         h.insert("retry-after-ms", "1500".parse().unwrap());
         assert_eq!(retry_after(&h), Some(Duration::from_millis(1500)));
         let mut h = http::HeaderMap::new();
-        h.insert("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap());
+        h.insert(
+            "retry-after",
+            "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap(),
+        );
         assert_eq!(retry_after(&h), Some(Duration::ZERO));
         h.insert("retry-after", "soon".parse().unwrap());
         assert_eq!(retry_after(&h), None);

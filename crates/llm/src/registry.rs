@@ -45,10 +45,7 @@ pub fn supported_classes() -> Vec<(&'static str, ProviderKind)> {
             "langchain_deepseek:ChatDeepSeek",
             ProviderKind::OpenAi(DEEPSEEK_BASE),
         ),
-        (
-            "langchain_anthropic:ChatAnthropic",
-            ProviderKind::Anthropic,
-        ),
+        ("langchain_anthropic:ChatAnthropic", ProviderKind::Anthropic),
         (
             "deerflow.models.patched_deepseek:PatchedChatDeepSeek",
             with_class(
@@ -116,7 +113,10 @@ pub fn supported_classes() -> Vec<(&'static str, ProviderKind)> {
         ),
         (
             "deerflow.models.patched_siliconflow:PatchedChatSiliconFlow",
-            with_class(REPLAY, "deerflow.models.patched_siliconflow:PatchedChatSiliconFlow"),
+            with_class(
+                REPLAY,
+                "deerflow.models.patched_siliconflow:PatchedChatSiliconFlow",
+            ),
         ),
         (
             "deerflow.models.patched_kimi:PatchedKimiK2",
@@ -276,10 +276,7 @@ fn plan(cfg: &ModelConfig, index: usize) -> Result<Plan, Vec<ConfigIssue>> {
     {
         let mut extra_issues = Vec::new();
         if s.base_url.is_none()
-            && let Some(url) = cfg
-                .extra
-                .get("anthropic_api_url")
-                .and_then(|v| v.as_str())
+            && let Some(url) = cfg.extra.get("anthropic_api_url").and_then(|v| v.as_str())
         {
             crate::settings::check_url(at("anthropic_api_url"), url, &mut extra_issues);
             s.base_url = Some(url.to_string());
@@ -444,8 +441,16 @@ mod tests {
         let issues = validate_models(&c);
         let text: Vec<String> = issues.iter().map(ToString::to_string).collect();
         assert!(text[0].starts_with("models[1].use: unsupported model class 'x:Y'; supported: langchain_openai:ChatOpenAI, "), "{text:?}");
-        assert!(text.iter().any(|t| t == "models[2].model: is required (the provider's model id)"), "{text:?}");
-        assert!(text.iter().any(|t| t.starts_with("models[2].name: duplicate model name 'a'")), "{text:?}");
+        assert!(
+            text.iter()
+                .any(|t| t == "models[2].model: is required (the provider's model id)"),
+            "{text:?}"
+        );
+        assert!(
+            text.iter()
+                .any(|t| t.starts_with("models[2].name: duplicate model name 'a'")),
+            "{text:?}"
+        );
         assert!(ModelRegistry::from_config(&c).is_err());
     }
 

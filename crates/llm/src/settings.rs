@@ -129,11 +129,18 @@ impl ModelSettings {
         let model = match cfg.model.as_deref().map(str::trim) {
             Some(m) if !m.is_empty() => m.to_string(),
             _ => {
-                issues.push(ConfigIssue::new(at("model"), "is required (the provider's model id)"));
+                issues.push(ConfigIssue::new(
+                    at("model"),
+                    "is required (the provider's model id)",
+                ));
                 String::new()
             }
         };
-        let base_url = cfg.base_url.as_deref().map(str::trim).filter(|s| !s.is_empty());
+        let base_url = cfg
+            .base_url
+            .as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty());
         if let Some(u) = base_url {
             check_url(at("base_url"), u, &mut issues);
         }
@@ -182,15 +189,11 @@ impl ModelSettings {
             max_retries: cfg.max_retries.unwrap_or(2),
             ..RetryPolicy::default()
         };
-        let api_key = cfg
-            .api_key
-            .clone()
-            .filter(|k| !k.is_empty())
-            .or_else(|| {
-                default_api_key_env
-                    .iter()
-                    .find_map(|var| std::env::var(var).ok().filter(|k| !k.is_empty()))
-            });
+        let api_key = cfg.api_key.clone().filter(|k| !k.is_empty()).or_else(|| {
+            default_api_key_env
+                .iter()
+                .find_map(|var| std::env::var(var).ok().filter(|k| !k.is_empty()))
+        });
         if let Some(k) = &api_key
             && http::HeaderValue::from_str(k).is_err()
         {
@@ -311,9 +314,9 @@ impl ModelSettings {
                 );
                 deep_merge(&mut p, &over);
                 p.insert("reasoning_effort".into(), Value::String("minimal".into()));
-            } else if let Some(ctk) = ctk.filter(|c| {
-                c.contains_key("thinking") || c.contains_key("enable_thinking")
-            }) {
+            } else if let Some(ctk) =
+                ctk.filter(|c| c.contains_key("thinking") || c.contains_key("enable_thinking"))
+            {
                 let mut off = Map::new();
                 for key in ["thinking", "enable_thinking"] {
                     if ctk.contains_key(key) {
@@ -331,10 +334,7 @@ impl ModelSettings {
                 .and_then(|t| t.get("type"))
                 .is_some()
             {
-                p.insert(
-                    "thinking".into(),
-                    serde_json::json!({"type": "disabled"}),
-                );
+                p.insert("thinking".into(), serde_json::json!({"type": "disabled"}));
             }
         }
         if !self.supports_reasoning_effort {
@@ -375,10 +375,16 @@ mod tests {
             "when_thinking_enabled": {"extra_body": {"thinking": {"type": "enabled"}}}
         }));
         let on = s.resolve_params(true, Some("high"), None, None);
-        assert_eq!(on["extra_body"], json!({"tool_stream": true, "thinking": {"type": "enabled"}}));
+        assert_eq!(
+            on["extra_body"],
+            json!({"tool_stream": true, "thinking": {"type": "enabled"}})
+        );
         assert_eq!(on["reasoning_effort"], "high");
         let off = s.resolve_params(false, Some("high"), None, None);
-        assert_eq!(off["extra_body"], json!({"tool_stream": true, "thinking": {"type": "disabled"}}));
+        assert_eq!(
+            off["extra_body"],
+            json!({"tool_stream": true, "thinking": {"type": "disabled"}})
+        );
         assert_eq!(off["reasoning_effort"], "minimal");
 
         // vLLM chat_template_kwargs flip.
@@ -387,16 +393,28 @@ mod tests {
             "when_thinking_enabled": {"extra_body": {"chat_template_kwargs": {"enable_thinking": true}}}
         }));
         let off = s.resolve_params(false, Some("high"), None, None);
-        assert_eq!(off["extra_body"], json!({"chat_template_kwargs": {"enable_thinking": false}}));
-        assert!(off.get("reasoning_effort").is_none(), "effort dropped when unsupported");
+        assert_eq!(
+            off["extra_body"],
+            json!({"chat_template_kwargs": {"enable_thinking": false}})
+        );
+        assert!(
+            off.get("reasoning_effort").is_none(),
+            "effort dropped when unsupported"
+        );
 
         // Anthropic-style shortcut.
         let s = settings(json!({
             "name": "m", "use": "x", "model": "m", "supports_thinking": true,
             "thinking": {"type": "enabled", "budget_tokens": 2048}
         }));
-        assert_eq!(s.resolve_params(true, None, None, None)["thinking"], json!({"type": "enabled", "budget_tokens": 2048}));
-        assert_eq!(s.resolve_params(false, None, None, None)["thinking"], json!({"type": "disabled"}));
+        assert_eq!(
+            s.resolve_params(true, None, None, None)["thinking"],
+            json!({"type": "enabled", "budget_tokens": 2048})
+        );
+        assert_eq!(
+            s.resolve_params(false, None, None, None)["thinking"],
+            json!({"type": "disabled"})
+        );
 
         // Explicit disable template wins; no settings → nothing added.
         let s = settings(json!({
@@ -415,7 +433,10 @@ mod tests {
             "name": "m", "use": "x", "model": "m",
             "when_thinking_enabled": {"extra_body": {"thinking": {"type": "enabled"}}}
         }));
-        assert_eq!(s.resolve_params(true, None, None, None)["extra_body"], json!({"thinking": {"type": "disabled"}}));
+        assert_eq!(
+            s.resolve_params(true, None, None, None)["extra_body"],
+            json!({"thinking": {"type": "disabled"}})
+        );
     }
 
     #[test]
@@ -427,9 +448,25 @@ mod tests {
         .unwrap();
         let issues = ModelSettings::from_config(&cfg, 2, &[]).unwrap_err();
         let text: Vec<String> = issues.iter().map(|i| i.to_string()).collect();
-        assert!(text.iter().any(|t| t.starts_with("models[2].model: is required")), "{text:?}");
-        assert!(text.iter().any(|t| t.starts_with("models[2].base_url: invalid URL 'ftp://x'")), "{text:?}");
-        assert!(text.iter().any(|t| t.starts_with("models[2].timeout: must be a positive")), "{text:?}");
-        assert!(text.iter().any(|t| t.starts_with("models[2].headers.bad header:")), "{text:?}");
+        assert!(
+            text.iter()
+                .any(|t| t.starts_with("models[2].model: is required")),
+            "{text:?}"
+        );
+        assert!(
+            text.iter()
+                .any(|t| t.starts_with("models[2].base_url: invalid URL 'ftp://x'")),
+            "{text:?}"
+        );
+        assert!(
+            text.iter()
+                .any(|t| t.starts_with("models[2].timeout: must be a positive")),
+            "{text:?}"
+        );
+        assert!(
+            text.iter()
+                .any(|t| t.starts_with("models[2].headers.bad header:")),
+            "{text:?}"
+        );
     }
 }

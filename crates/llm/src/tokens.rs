@@ -45,7 +45,9 @@ fn block_tokens(block: &Value) -> usize {
                 return IMAGE_TOKENS;
             }
             match o.get("type").and_then(Value::as_str) {
-                Some("text") => estimate_text_tokens(o.get("text").and_then(Value::as_str).unwrap_or("")),
+                Some("text") => {
+                    estimate_text_tokens(o.get("text").and_then(Value::as_str).unwrap_or(""))
+                }
                 Some("thinking") => {
                     estimate_text_tokens(o.get("thinking").and_then(Value::as_str).unwrap_or(""))
                 }
@@ -101,13 +103,22 @@ mod tests {
             json!({"type": "text", "text": "abcd"}),
             json!({"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{}", "A".repeat(100_000))}}),
         ]));
-        assert_eq!(estimate_message_tokens(&img), MESSAGE_OVERHEAD_TOKENS + 1 + IMAGE_TOKENS);
+        assert_eq!(
+            estimate_message_tokens(&img),
+            MESSAGE_OVERHEAD_TOKENS + 1 + IMAGE_TOKENS
+        );
         let call = Message::ai("").with_tool_calls(vec![ToolCall::new("f", json!({"a": 1}), "c")]);
         assert!(estimate_message_tokens(&call) > MESSAGE_OVERHEAD_TOKENS);
         let long = Message::human("word ".repeat(400));
         let cjk = Message::human("字".repeat(400));
-        assert_eq!(estimate_tokens(&[long.clone()]), MESSAGE_OVERHEAD_TOKENS + 500);
+        assert_eq!(
+            estimate_tokens(std::slice::from_ref(&long)),
+            MESSAGE_OVERHEAD_TOKENS + 500
+        );
         assert!(estimate_tokens(&[cjk]) > estimate_tokens(&[Message::human("x".repeat(400))]));
-        assert_eq!(estimate_tokens(&[long.clone(), long]), 2 * (MESSAGE_OVERHEAD_TOKENS + 500));
+        assert_eq!(
+            estimate_tokens(&[long.clone(), long]),
+            2 * (MESSAGE_OVERHEAD_TOKENS + 500)
+        );
     }
 }

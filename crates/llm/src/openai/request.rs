@@ -134,7 +134,10 @@ pub(crate) fn build_request(
     for k in RESERVED {
         params.remove(*k);
     }
-    let tool_choice = req.tool_choice.clone().or_else(|| params.remove("tool_choice"));
+    let tool_choice = req
+        .tool_choice
+        .clone()
+        .or_else(|| params.remove("tool_choice"));
     params.remove("tool_choice");
     let stream_options = match params.remove("stream_options") {
         Some(v) if stream => Some(v),
@@ -293,11 +296,7 @@ fn role_of(kind: &MessageKind) -> Option<&'static str> {
     })
 }
 
-fn assistant_message(
-    m: &Message,
-    quirks: &Quirks,
-    thinking_on: bool,
-) -> WireMessage {
+fn assistant_message(m: &Message, quirks: &Quirks, thinking_on: bool) -> WireMessage {
     let mut calls: Vec<WireToolCall> = m
         .tool_calls
         .iter()
@@ -324,9 +323,9 @@ fn assistant_message(
         && let Some(Value::Array(raw)) = m.additional_kwargs.get("tool_calls")
     {
         for (i, call) in calls.iter_mut().enumerate() {
-            let by_id = raw
-                .iter()
-                .find(|r| !call.id.is_empty() && r.get("id").and_then(Value::as_str) == Some(&call.id));
+            let by_id = raw.iter().find(|r| {
+                !call.id.is_empty() && r.get("id").and_then(Value::as_str) == Some(&call.id)
+            });
             let Some(Value::Object(r)) = by_id.or_else(|| raw.get(i)) else {
                 continue;
             };
@@ -498,15 +497,24 @@ mod tests {
     #[test]
     fn deepseek_replays_reasoning_and_fills_tool_history() {
         let out = convert_messages(&history(), &deepseek(), false, true).unwrap();
-        let v: Vec<Value> = out.iter().map(|m| serde_json::to_value(m).unwrap()).collect();
+        let v: Vec<Value> = out
+            .iter()
+            .map(|m| serde_json::to_value(m).unwrap())
+            .collect();
         assert_eq!(v.len(), 6);
         assert_eq!(v[1]["name"], "user-input");
         assert_eq!(v[2]["content"], "");
         assert_eq!(v[2]["reasoning_content"], "let me search");
-        assert_eq!(v[2]["tool_calls"][0]["function"]["arguments"], "{\"q\":\"x\"}");
+        assert_eq!(
+            v[2]["tool_calls"][0]["function"]["arguments"],
+            "{\"q\":\"x\"}"
+        );
         assert_eq!(v[3]["tool_call_id"], "call_1");
         assert!(v[3].get("name").is_none());
-        assert_eq!(v[4]["reasoning_content"], "", "thinking tool turn gets a placeholder");
+        assert_eq!(
+            v[4]["reasoning_content"], "",
+            "thinking tool turn gets a placeholder"
+        );
     }
 
     #[test]
@@ -526,7 +534,10 @@ mod tests {
         };
         let out = convert_messages(&history(), &q, false, true).unwrap();
         assert_eq!(out.len(), 4, "unreasoned turn and its tool result dropped");
-        assert!(out.iter().all(|m| m.tool_call_id.as_deref() != Some("call_2")));
+        assert!(
+            out.iter()
+                .all(|m| m.tool_call_id.as_deref() != Some("call_2"))
+        );
         let q = Quirks {
             strip_user_names: true,
             ..Quirks::openai("minimax")
@@ -542,14 +553,18 @@ mod tests {
             json!({"type": "image", "source_type": "base64", "data": "QUJD", "mime_type": "image/png"}),
             json!({"type": "thinking", "thinking": "private"}),
         ]));
-        let out = convert_messages(std::slice::from_ref(&m), &Quirks::openai("x"), true, false).unwrap();
+        let out =
+            convert_messages(std::slice::from_ref(&m), &Quirks::openai("x"), true, false).unwrap();
         assert_eq!(
             out[0].content,
             json!([{"type": "text", "text": "look"},
                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,QUJD"}}])
         );
         let out = convert_messages(&[m], &Quirks::openai("x"), false, false).unwrap();
-        assert_eq!(out[0].content[1]["text"], crate::content::IMAGE_OMITTED_NOTE);
+        assert_eq!(
+            out[0].content[1]["text"],
+            crate::content::IMAGE_OMITTED_NOTE
+        );
     }
 
     #[test]
@@ -557,6 +572,9 @@ mod tests {
         let mut t = Message::tool("x", "id", None);
         t.tool_call_id = None;
         let err = convert_messages(&[t], &Quirks::openai("x"), false, false).unwrap_err();
-        assert!(err.to_string().contains("messages[0]: tool message has no tool_call_id"));
+        assert!(
+            err.to_string()
+                .contains("messages[0]: tool message has no tool_call_id")
+        );
     }
 }

@@ -249,8 +249,7 @@ impl Converter {
             m.usage_metadata = Some(usage_metadata(u));
         }
         if let Some(id) = &resp.id {
-            m.response_metadata
-                .insert("id".into(), json!(id));
+            m.response_metadata.insert("id".into(), json!(id));
         }
         m.chunk_position = Some("last".into());
         Ok(m)
@@ -293,7 +292,10 @@ mod tests {
         assert_eq!(m.response_metadata["model_name"], "m-1");
         assert_eq!(m.response_metadata["model_provider"], "deepseek");
         let u = m.usage_metadata.unwrap();
-        assert_eq!((u.input_tokens, u.output_tokens, u.total_tokens), (10, 5, 15));
+        assert_eq!(
+            (u.input_tokens, u.output_tokens, u.total_tokens),
+            (10, 5, 15)
+        );
         assert_eq!(u.input_token_details.unwrap()["cache_read"], 4);
         assert_eq!(u.output_token_details.unwrap()["reasoning"], 2);
     }
@@ -301,7 +303,10 @@ mod tests {
     #[test]
     fn missing_finish_is_a_connection_error() {
         let mut c = Converter::new("x".into(), "openai", ReasoningSource::Standard);
-        assert!(c.chunk(chunk(json!({"choices": [{"delta": {"content": "a"}}]}))).is_some());
+        assert!(
+            c.chunk(chunk(json!({"choices": [{"delta": {"content": "a"}}]})))
+                .is_some()
+        );
         assert!(matches!(c.finish(), Err(LlmError::Connection { .. })));
     }
 
@@ -309,7 +314,9 @@ mod tests {
     fn vllm_and_minimax_reasoning_sources() {
         let mut c = Converter::new("x".into(), "openai", ReasoningSource::Vllm);
         let m = c
-            .chunk(chunk(json!({"choices": [{"delta": {"reasoning": "r1", "reasoning_content": "other"}}]})))
+            .chunk(chunk(
+                json!({"choices": [{"delta": {"reasoning": "r1", "reasoning_content": "other"}}]}),
+            ))
             .unwrap();
         assert_eq!(m.additional_kwargs["reasoning_content"], "r1");
         assert_eq!(m.additional_kwargs["reasoning"], "r1");
