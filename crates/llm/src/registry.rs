@@ -28,6 +28,7 @@ const DEEPSEEK_BASE: Quirks = Quirks {
     collapse_text_parts: true,
     default_base_url: "https://api.deepseek.com/v1",
     api_key_env: &["DEEPSEEK_API_KEY"],
+    max_tokens_field: "max_tokens",
     ..Quirks::openai("langchain_deepseek:ChatDeepSeek")
 };
 

@@ -48,9 +48,18 @@ pub(crate) const CLIENT_ONLY_KEYS: &[&str] = &[
     "anthropic_api_url",
     "anthropic_api_key",
     "betas",
-    "reasoning_capability",
-    "enable_thinking",
 ];
+
+/// DeerFlow's declarative `reasoning:` contract (a mapping with `thinking`, `dialect`,
+/// `history`, `effort`, … keys) describes the model; it is not a request parameter.
+fn is_reasoning_contract(v: &Value) -> bool {
+    v.as_object().is_some_and(|o| {
+        ["thinking", "dialect", "history", "on_disable_request"]
+            .iter()
+            .any(|k| o.contains_key(*k))
+            || o.get("effort").is_some_and(Value::is_object)
+    })
+}
 
 /// Thinking settings of one model, as configured.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -217,7 +226,11 @@ impl ModelSettings {
             params.insert("extra_body".into(), Value::Object(v.clone()));
         }
         for (k, v) in &cfg.extra {
-            if CLIENT_ONLY_KEYS.contains(&k.as_str()) || k == "default_headers" || v.is_null() {
+            if CLIENT_ONLY_KEYS.contains(&k.as_str())
+                || k == "default_headers"
+                || v.is_null()
+                || (k == "reasoning" && is_reasoning_contract(v))
+            {
                 continue;
             }
             params.insert(k.clone(), v.clone());
@@ -436,6 +449,28 @@ mod tests {
         assert_eq!(
             s.resolve_params(true, None, None, None)["extra_body"],
             json!({"thinking": {"type": "disabled"}})
+        );
+    }
+
+    #[test]
+    fn client_only_keys_and_reasoning_contract_are_not_sent() {
+        let s = settings(json!({
+            "name": "m", "use": "x", "model": "m",
+            "pricing": {"currency": "USD"}, "stream_usage": false, "top_p": 0.5,
+            "reasoning": {"thinking": "optional", "dialect": "auto"},
+            "enable_thinking": true
+        }));
+        assert!(!s.stream_usage);
+        let p = s.resolve_params(false, None, None, None);
+        assert_eq!(p.get("top_p"), Some(&json!(0.5)));
+        assert_eq!(p.get("enable_thinking"), Some(&json!(true)));
+        assert!(p.get("pricing").is_none() && p.get("reasoning").is_none());
+        let s = settings(
+            json!({"name": "m", "use": "x", "model": "m", "reasoning": {"effort": "high"}}),
+        );
+        assert_eq!(
+            s.resolve_params(false, None, None, None)["reasoning"],
+            json!({"effort": "high"})
         );
     }
 

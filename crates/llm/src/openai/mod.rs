@@ -315,8 +315,13 @@ impl StreamState {
                 }
                 Ok(Some(Ok(chunk))) => {
                     self.started = true;
-                    if let Some(m) = self.conv.chunk(chunk) {
-                        return Some(Ok(m));
+                    match self.conv.chunk(chunk) {
+                        Ok(Some(m)) => return Some(Ok(m)),
+                        Ok(None) => {}
+                        Err(e) => {
+                            self.done = true;
+                            return Some(Err(e));
+                        }
                     }
                 }
             }

@@ -62,6 +62,10 @@ pub struct Quirks {
     pub default_base_url: &'static str,
     /// Environment variables tried for the API key when the config has none.
     pub api_key_env: &'static [&'static str],
+    /// The name `max_tokens` is sent under: LangChain's `ChatOpenAI` (and every DeerFlow
+    /// class built on it) sends `max_completion_tokens`, which OpenAI's reasoning models
+    /// require; `ChatDeepSeek` keeps `max_tokens`.
+    pub max_tokens_field: &'static str,
 }
 
 impl Quirks {
@@ -81,6 +85,7 @@ impl Quirks {
             vllm_template_kwargs: false,
             default_base_url: "https://api.openai.com/v1",
             api_key_env: &["OPENAI_API_KEY"],
+            max_tokens_field: "max_completion_tokens",
         }
     }
 }
@@ -120,6 +125,12 @@ pub(crate) fn build_request(
                 )));
             }
         }
+    }
+    if quirks.max_tokens_field != "max_tokens"
+        && !params.contains_key(quirks.max_tokens_field)
+        && let Some(v) = params.remove("max_tokens")
+    {
+        params.insert(quirks.max_tokens_field.to_string(), v);
     }
     params.extend(req.extra.clone());
     if quirks.reasoning_split {

@@ -191,14 +191,28 @@ impl Converter {
     /// One streamed chunk → at most one message chunk (empty deltas are skipped). Usage is
     /// held back and reported once, on the last chunk, so providers that repeat cumulative
     /// usage on every chunk are not counted twice.
-    pub(crate) fn chunk(&mut self, mut chunk: ChatCompletionChunk) -> Option<Message> {
+    pub(crate) fn chunk(
+        &mut self,
+        mut chunk: ChatCompletionChunk,
+    ) -> Result<Option<Message>, LlmError> {
+        if let Some(err) = chunk.extra.get("error").filter(|e| e.is_object()) {
+            // Gateways (OpenRouter, LiteLLM, …) report failures mid-stream as a data line
+            // carrying an `error` object, sometimes with an HTTP-like numeric code.
+            let status = err
+                .get("code")
+                .and_then(Value::as_u64)
+                .and_then(|c| u16::try_from(c).ok())
+                .filter(|c| (400..600).contains(c))
+                .unwrap_or(500);
+            let body = json!({ "error": err }).to_string();
+            return Err(crate::error::classify_http(status, None, &body));
+        }
         if let Some(u) = &chunk.usage {
             self.usage = Some(usage_metadata(u));
         }
-        let pos = chunk
-            .choices
-            .iter()
-            .position(|c| c.index.unwrap_or(0) == 0)?;
+        let Some(pos) = chunk.choices.iter().position(|c| c.index.unwrap_or(0) == 0) else {
+            return Ok(None);
+        };
         let choice = chunk.choices.swap_remove(pos);
         let mut m = self.blank();
         if let Some(delta) = choice.delta.or(choice.message) {
@@ -211,7 +225,7 @@ impl Converter {
         if let Some(lp) = choice.logprobs.filter(|v| !v.is_null()) {
             m.response_metadata.insert("logprobs".into(), lp);
         }
-        (!is_empty(&m)).then_some(m)
+        Ok((!is_empty(&m)).then_some(m))
     }
 
     /// The closing chunk (`chunk_position: "last"`, with the usage), or an error when the
@@ -279,7 +293,10 @@ mod tests {
             json!({"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15,
                     "prompt_tokens_details": {"cached_tokens": 4}, "completion_tokens_details": {"reasoning_tokens": 2}}}),
         ];
-        let mut out: Vec<Message> = raw.into_iter().filter_map(|r| c.chunk(chunk(r))).collect();
+        let mut out: Vec<Message> = raw
+            .into_iter()
+            .filter_map(|r| c.chunk(chunk(r)).unwrap())
+            .collect();
         out.push(c.finish().unwrap());
         assert!(out.iter().all(|m| m.id.as_deref() == Some("lc_run--1")));
         let m = merge_chunks(&out);
@@ -301,10 +318,28 @@ mod tests {
     }
 
     #[test]
+    fn error_objects_in_the_stream_are_classified() {
+        let mut c = Converter::new("x".into(), "openai", ReasoningSource::Standard);
+        let e = c
+            .chunk(chunk(
+                json!({"error": {"code": 429, "message": "Rate limit exceeded"}}),
+            ))
+            .unwrap_err();
+        assert!(matches!(e, LlmError::RateLimit { .. }), "{e:?}");
+        let e = c
+            .chunk(chunk(
+                json!({"error": {"message": "upstream died"}, "choices": []}),
+            ))
+            .unwrap_err();
+        assert!(matches!(e, LlmError::Server { status: 500, .. }), "{e:?}");
+    }
+
+    #[test]
     fn missing_finish_is_a_connection_error() {
         let mut c = Converter::new("x".into(), "openai", ReasoningSource::Standard);
         assert!(
             c.chunk(chunk(json!({"choices": [{"delta": {"content": "a"}}]})))
+                .unwrap()
                 .is_some()
         );
         assert!(matches!(c.finish(), Err(LlmError::Connection { .. })));
@@ -317,12 +352,14 @@ mod tests {
             .chunk(chunk(
                 json!({"choices": [{"delta": {"reasoning": "r1", "reasoning_content": "other"}}]}),
             ))
+            .unwrap()
             .unwrap();
         assert_eq!(m.additional_kwargs["reasoning_content"], "r1");
         assert_eq!(m.additional_kwargs["reasoning"], "r1");
         let mut c = Converter::new("x".into(), "openai", ReasoningSource::MiniMax);
         let m = c
             .chunk(chunk(json!({"choices": [{"delta": {"reasoning_details": [{"type": "reasoning.text", "text": "md"}]}}]})))
+            .unwrap()
             .unwrap();
         assert_eq!(m.additional_kwargs["reasoning_content"], "md");
     }

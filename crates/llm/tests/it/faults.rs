@@ -191,3 +191,20 @@ async fn stalled_stream_times_out_between_chunks() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test]
+async fn connection_refused_is_a_retried_connection_error() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let mock = MockLlm::start().await.unwrap();
+    let m = openai(
+        &mock,
+        OPENAI,
+        json!({"base_url": format!("http://{addr}/v1")}),
+    );
+    let err = m.model.invoke(ask("q")).await.unwrap_err();
+    assert!(matches!(err, LlmError::Connection { .. }), "{err:?}");
+    assert_eq!(m.retries().len(), 2);
+    assert_eq!(mock.request_count(), 0);
+}

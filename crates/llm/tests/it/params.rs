@@ -43,6 +43,10 @@ async fn thinking_toggles_and_reasoning_effort() {
     explicit["when_thinking_disabled"] = json!({"extra_body": {"thinking": {"type": "off"}}});
     let off = body_for(class, explicit, thinking(false, None)).await;
     assert_eq!(off["thinking"], json!({"type": "off"}));
+    let mut capped = cfg.clone();
+    capped["max_tokens"] = json!(100);
+    let b = body_for(class, capped, thinking(false, None)).await;
+    assert_eq!(b["max_tokens"], 100, "DeepSeek classes keep max_tokens");
     // reasoning_effort only when supported.
     let mut no_effort = cfg.clone();
     no_effort["supports_reasoning_effort"] = json!(false);
@@ -94,9 +98,10 @@ async fn headers_key_extra_body_and_sampling_params() {
     assert_eq!(r.header("x-tenant"), Some("acme"));
     let b = r.json();
     assert_eq!(
-        b["max_tokens"], 64,
-        "request max_tokens overrides the profile"
+        b["max_completion_tokens"], 64,
+        "request max_tokens overrides the profile; ChatOpenAI sends it as max_completion_tokens"
     );
+    assert!(b.get("max_tokens").is_none());
     assert_eq!(b["temperature"], 0.2);
     assert_eq!(b["top_p"], 0.9);
     assert_eq!(b["seed"], 7);
