@@ -2,11 +2,28 @@
 //!
 //! Owns: the [`ChatModel`] trait (streaming first; `invoke` is a fold of the stream), the
 //! request/response types the agent uses, typed [`LlmError`]s that say what is worth a retry,
-//! the providers (OpenAI-compatible, Anthropic) and the registry that maps DeerFlow `use:`
-//! paths in `config.yaml` to them. Must never know about HTTP routes, storage, tools' behaviour
-//! or middlewares; it only sees messages in and message chunks out.
+//! the providers (OpenAI-compatible on async-openai, native Anthropic Messages), the
+//! registry that maps DeerFlow `use:` paths in `config.yaml` to them, and a cheap token
+//! estimate. Must never know about HTTP routes, storage, tools' behaviour or middlewares; it
+//! only sees messages in and message chunks out.
 
+pub mod anthropic;
+pub mod content;
+pub mod error;
+pub mod openai;
+pub mod registry;
+pub mod retry;
 pub mod scripted;
+mod settings;
+pub mod tokens;
+
+pub use anthropic::Anthropic;
+pub use error::HttpError;
+pub use openai::OpenAiCompatible;
+pub use registry::{ProviderOptions, build_model, supported_use_values, validate_models};
+pub use retry::{RetryEvent, RetryObserver, RetryPolicy};
+pub use settings::{DEFAULT_STREAM_CHUNK_TIMEOUT, DEFAULT_TIMEOUT};
+pub use tokens::{estimate_message_tokens, estimate_text_tokens, estimate_tokens};
 
 use async_trait::async_trait;
 use fawn_state::{ChunkAccumulator, Message};

@@ -33,6 +33,7 @@ use axum::serve::ListenerExt;
 use server::{Shared, lock};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::task::JoinHandle;
@@ -122,6 +123,8 @@ impl MockLlm {
             notify: tokio::sync::Notify::new(),
             config,
             cancel: cancel.clone(),
+            streams_completed: AtomicUsize::new(0),
+            streams_aborted: AtomicUsize::new(0),
         });
         let app = axum::Router::new()
             .fallback(server::handle)
@@ -196,6 +199,28 @@ impl MockLlm {
 
     pub fn clear_requests(&self) {
         lock(&self.shared.requests).clear();
+    }
+
+    /// Streamed responses sent to their end.
+    pub fn streams_completed(&self) -> usize {
+        self.shared.streams_completed.load(Ordering::SeqCst)
+    }
+
+    /// Streamed responses abandoned by the client (it disconnected before the end).
+    pub fn streams_aborted(&self) -> usize {
+        self.shared.streams_aborted.load(Ordering::SeqCst)
+    }
+
+    /// Waits until `check(self)` holds; false if `timeout` passed first.
+    pub async fn wait_until(&self, timeout: Duration, check: impl Fn(&MockLlm) -> bool) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while !check(self) {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        true
     }
 
     /// Waits until at least `n` requests were received; false if `timeout` passed first.

@@ -9,6 +9,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::{Notify, mpsc};
@@ -24,6 +25,10 @@ pub(crate) struct Shared {
     pub notify: Notify,
     pub config: MockConfig,
     pub cancel: CancellationToken,
+    /// Streamed bodies sent to the end.
+    pub streams_completed: AtomicUsize,
+    /// Streamed bodies the client stopped reading (disconnected) before the end.
+    pub streams_aborted: AtomicUsize,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -186,7 +191,7 @@ async fn answer(shared: &Arc<Shared>, protocol: Protocol, body: &Value) -> Respo
             frames,
             delay,
             drop_at_end,
-            shared.cancel.clone(),
+            shared.clone(),
         );
     }
 
@@ -214,7 +219,7 @@ async fn answer(shared: &Arc<Shared>, protocol: Protocol, body: &Value) -> Respo
                 vec![Bytes::from(text[..cut].to_string())],
                 Duration::ZERO,
                 true,
-                shared.cancel.clone(),
+                shared.clone(),
             )
         }
         _ => json_response(StatusCode::OK, full, None),
@@ -238,20 +243,29 @@ fn stream_response(
     frames: Vec<Bytes>,
     delay: Duration,
     drop_at_end: bool,
-    cancel: CancellationToken,
+    shared: Arc<Shared>,
 ) -> Response {
-    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+    // A small buffer, so a client that stops reading is noticed quickly.
+    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(1);
     tokio::spawn(async move {
         for (i, frame) in frames.into_iter().enumerate() {
             if i > 0 && !delay.is_zero() {
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {}
-                    _ = cancel.cancelled() => return,
+                    _ = shared.cancel.cancelled() => return,
+                    _ = tx.closed() => {
+                        shared.streams_aborted.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
                 }
             }
             if tx.send(Ok(frame)).await.is_err() {
+                shared.streams_aborted.fetch_add(1, Ordering::SeqCst);
                 return;
             }
+        }
+        if !drop_at_end {
+            shared.streams_completed.fetch_add(1, Ordering::SeqCst);
         }
         if drop_at_end {
             // Let the server flush what was sent before the connection is aborted.

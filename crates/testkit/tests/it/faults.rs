@@ -139,3 +139,26 @@ async fn slow_stream_delays_chunks_and_hang_is_released_on_stop() {
         assert_eq!(r.status(), 503);
     }
 }
+
+#[tokio::test]
+async fn counts_completed_and_abandoned_streams() {
+    let mock = MockLlm::start().await.unwrap();
+    sse(
+        &format!("{}/chat/completions", mock.base_url()),
+        &body(true),
+    )
+    .await
+    .unwrap();
+    assert_eq!(mock.streams_completed(), 1);
+    mock.push(Turn::text("a b c d e f g h").with_chunk_delay(Duration::from_millis(50)));
+    let r = post(&mock, true).await;
+    let mut s = r.bytes_stream();
+    let first = s.next().await.unwrap().unwrap();
+    assert!(!first.is_empty());
+    drop(s);
+    assert!(
+        mock.wait_until(Duration::from_secs(5), |m| m.streams_aborted() == 1)
+            .await
+    );
+    assert_eq!(mock.streams_completed(), 1);
+}

@@ -1,0 +1,11 @@
+//! fawn-llm integration tests: every provider driven through its real HTTP path against the
+//! testkit mock LLM.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod anthropic;
+mod faults;
+mod openai;
+mod params;
+mod reasoning;
+mod registry;
+mod support;
