@@ -2,15 +2,53 @@
 //! sandbox, skills, title, summarization, memory, subagents, loop detection, uploads,
 //! database, …) and `extensions_config.json` (MCP servers, skill toggles).
 //!
-//! Owns: typed config structs with DeerFlow's defaults, `$VAR` resolution, validation with
-//! key-path errors, and where the files and the data directory live. Must never know about
-//! HTTP, storage, models or the agent; other crates receive a [`Settings`].
+//! Owns: typed config structs with DeerFlow's defaults, the loader ([`load`]: file discovery,
+//! YAML/JSON parsing under size and depth budgets, `$VAR` resolution, section-by-section
+//! typing that reports every problem with its key path, semantic validation), and where the
+//! files and the data directory live. Must never know about HTTP, storage, models or the
+//! agent, nor validate `use:` class paths (the llm and tools crates own those registries);
+//! other crates receive a [`Settings`].
 
+mod keypath;
+mod loader;
+mod options;
+mod source;
+mod typed;
 pub mod types;
+mod validate;
 
+pub use loader::{IGNORED_DEERFLOW_SECTIONS, load, load_str};
+pub use options::LoadOptions;
+pub use source::MAX_CONFIG_BYTES;
 pub use types::*;
 
 use std::path::PathBuf;
+
+/// A successful load: the settings and every warning (unknown keys, ignored DeerFlow
+/// sections, clamped values, …), each with its key path.
+#[derive(Clone, Debug)]
+pub struct Loaded {
+    pub settings: Settings,
+    pub warnings: Vec<ConfigIssue>,
+}
+
+/// Every problem that stopped a load. `Display` prints one per line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigErrors(pub Vec<ConfigIssue>);
+
+impl std::fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, issue) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{issue}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
 
 /// Everything a Fawn process was configured with, after loading and validation.
 #[derive(Clone, Debug, Default)]

@@ -7,11 +7,13 @@ use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
 /// The whole `config.yaml`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct AppConfig {
     pub config_version: Option<u32>,
     pub log_level: Option<String>,
+    /// Ceiling for a client-supplied `config.recursion_limit` (DeerFlow default 1000).
+    pub max_recursion_limit: u32,
     pub models: Vec<ModelConfig>,
     pub tool_groups: Vec<ToolGroupConfig>,
     pub tools: Vec<ToolConfig>,
@@ -33,6 +35,34 @@ pub struct AppConfig {
     pub web: WebConfig,
 }
 
+impl Default for AppConfig {
+    fn default() -> Self {
+        AppConfig {
+            config_version: None,
+            log_level: None,
+            max_recursion_limit: 1000,
+            models: Vec::new(),
+            tool_groups: Vec::new(),
+            tools: Vec::new(),
+            sandbox: SandboxConfig::default(),
+            skills: SkillsConfig::default(),
+            title: TitleConfig::default(),
+            summarization: SummarizationConfig::default(),
+            memory: MemoryConfig::default(),
+            subagents: SubagentsConfig::default(),
+            loop_detection: LoopDetectionConfig::default(),
+            uploads: UploadsConfig::default(),
+            database: None,
+            checkpointer: None,
+            llm_call: LlmCallConfig::default(),
+            circuit_breaker: CircuitBreakerConfig::default(),
+            token_usage: TokenUsageConfig::default(),
+            agents_api: AgentsApiConfig::default(),
+            web: WebConfig::default(),
+        }
+    }
+}
+
 /// One entry of `models:`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -51,8 +81,9 @@ pub struct ModelConfig {
     pub base_url: Option<String>,
     #[serde(alias = "openai_api_key")]
     pub api_key: Option<String>,
-    /// Seconds.
-    #[serde(alias = "request_timeout")]
+    /// Seconds. `request_timeout` (OpenAI) and `default_request_timeout` (Anthropic) are
+    /// accepted as aliases.
+    #[serde(alias = "request_timeout", alias = "default_request_timeout")]
     pub timeout: Option<f64>,
     pub max_retries: Option<u32>,
     pub max_tokens: Option<u32>,
@@ -79,12 +110,14 @@ pub struct ModelConfig {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ToolGroupConfig {
     pub name: String,
 }
 
-/// One entry of `tools:`.
+/// One entry of `tools:`. (`name` and `use` are required; the loader reports them missing.)
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ToolConfig {
     pub name: String,
     #[serde(default)]
@@ -233,6 +266,8 @@ pub struct SummarizationConfig {
     pub keep: ContextSize,
     pub trim_tokens_to_summarize: Option<u64>,
     pub summary_prompt: Option<String>,
+    /// Tool names whose reads of `SKILL.md` files count as loading a skill.
+    pub skill_file_read_tool_names: Vec<String>,
 }
 
 impl Default for SummarizationConfig {
@@ -247,6 +282,9 @@ impl Default for SummarizationConfig {
             },
             trim_tokens_to_summarize: Some(4000),
             summary_prompt: None,
+            skill_file_read_tool_names: ["read_file", "read", "view", "cat"]
+                .map(String::from)
+                .to_vec(),
         }
     }
 }
@@ -311,6 +349,8 @@ pub struct SubagentOverride {
     pub timeout_seconds: Option<u64>,
     pub max_turns: Option<u32>,
     pub model: Option<String>,
+    /// Skill allowlist (`None`: all enabled skills, `[]`: none).
+    pub skills: Option<Vec<String>>,
 }
 
 /// `subagents:`.
@@ -318,6 +358,8 @@ pub struct SubagentOverride {
 #[serde(default)]
 pub struct SubagentsConfig {
     pub timeout_seconds: u64,
+    /// Default max-turn override for every subagent (`None`: built-in defaults).
+    pub max_turns: Option<u32>,
     pub max_total_per_run: u32,
     pub max_concurrent: u32,
     pub agents: BTreeMap<String, SubagentOverride>,
@@ -328,6 +370,7 @@ impl Default for SubagentsConfig {
     fn default() -> Self {
         SubagentsConfig {
             timeout_seconds: 1800,
+            max_turns: None,
             max_total_per_run: 6,
             max_concurrent: 3,
             agents: BTreeMap::new(),
@@ -401,6 +444,8 @@ pub struct DatabaseConfig {
     /// `sqlite` (default), `postgres`, or `memory` (treated as a temporary SQLite file).
     pub backend: Option<String>,
     pub sqlite_path: Option<String>,
+    /// DeerFlow's spelling: the directory holding the database file.
+    pub sqlite_dir: Option<String>,
     #[serde(alias = "postgres_url", alias = "connection_string")]
     pub url: Option<String>,
     pub postgres_schema: Option<String>,

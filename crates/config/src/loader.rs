@@ -1,0 +1,649 @@
+//! Finding the files, reading them section by section, and building [`Settings`].
+
+use crate::keypath;
+use crate::options::LoadOptions;
+use crate::source::{self, Unset};
+use crate::typed::{self, Report, fix_and_parse, list_entries, parse_section, parse_typed};
+use crate::types::*;
+use crate::validate;
+use crate::{ConfigErrors, Loaded, Settings};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Top-level `config.yaml` sections DeerFlow knows and Fawn does not implement. Each gets one
+/// warning saying it is ignored; any other unknown key gets an "unknown key" warning.
+pub const IGNORED_DEERFLOW_SECTIONS: &[&str] = &[
+    "a2a",
+    "acp_agents",
+    "agent_storage",
+    "audio_input",
+    "auth",
+    "authorization",
+    "browser",
+    "cache",
+    "channel_connections",
+    "channels",
+    "compaction",
+    "content_safety",
+    "context_management",
+    "conversation_sharing",
+    "cost",
+    "dedupe_storage",
+    "deployment",
+    "evaluation",
+    "extensions",
+    "goal",
+    "guardrails",
+    "image_generation",
+    "input_polish",
+    "knowledge_base",
+    "logging",
+    "mcp_tasks",
+    "model_feedback",
+    "multi_tenant",
+    "pii_redaction",
+    "plugins",
+    "rag",
+    "rate_limit",
+    "read_before_write",
+    "redaction",
+    "run_events",
+    "run_ownership",
+    "safety_finish_reason",
+    "scheduler",
+    "session_memory",
+    "skill_evolution",
+    "skill_scan",
+    "stream_bridge",
+    "suggestions",
+    "task_continuity",
+    "token_budget",
+    "tool_output",
+    "tool_progress",
+    "tool_search",
+    "tool_streaming",
+    "tracing",
+    "verification",
+    "webhooks",
+];
+
+const CONFIG_NAME: &str = "config.yaml";
+const EXTENSIONS_NAME: &str = "extensions_config.json";
+
+/// Where the config file is, if any. An explicitly named file must exist.
+fn resolve_config_path(opts: &LoadOptions, report: &mut Report) -> Option<PathBuf> {
+    let explicit = [
+        (
+            opts.config_path.as_ref().map(|p| opts.absolute(p)),
+            "--config",
+        ),
+        (opts.path_var("FAWN_CONFIG"), "FAWN_CONFIG"),
+        (
+            opts.path_var("DEER_FLOW_CONFIG_PATH"),
+            "DEER_FLOW_CONFIG_PATH",
+        ),
+    ];
+    for (path, source) in explicit {
+        if let Some(p) = path {
+            if p.is_file() {
+                return Some(p);
+            }
+            report.error(
+                CONFIG_NAME,
+                format!("config file {} (from {source}) does not exist", p.display()),
+            );
+            return None;
+        }
+    }
+    let local = opts.cwd.join(CONFIG_NAME);
+    local.is_file().then_some(local)
+}
+
+/// Where the extensions file is, if any.
+fn resolve_extensions_path(
+    opts: &LoadOptions,
+    config_path: Option<&Path>,
+    report: &mut Report,
+) -> Option<PathBuf> {
+    for source in ["FAWN_EXTENSIONS_CONFIG", "DEER_FLOW_EXTENSIONS_CONFIG_PATH"] {
+        if let Some(p) = opts.path_var(source) {
+            if p.is_file() {
+                return Some(p);
+            }
+            report.error(
+                EXTENSIONS_NAME,
+                format!(
+                    "extensions file {} (from {source}) does not exist",
+                    p.display()
+                ),
+            );
+            return None;
+        }
+    }
+    let dir = config_path
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| opts.cwd.clone());
+    // `mcp_config.json` is DeerFlow's legacy name.
+    [EXTENSIONS_NAME, "mcp_config.json"]
+        .iter()
+        .map(|n| dir.join(n))
+        .find(|p| p.is_file())
+}
+
+/// Loads the configuration the way `fawn serve` and `fawn check-config` do.
+///
+/// Config file: `opts.config_path` > `FAWN_CONFIG` > `DEER_FLOW_CONFIG_PATH` >
+/// `./config.yaml` if it exists > none (all defaults, no models). Extensions:
+/// `FAWN_EXTENSIONS_CONFIG` > `DEER_FLOW_EXTENSIONS_CONFIG_PATH` > `extensions_config.json`
+/// beside the config file > none. Data dir: `FAWN_HOME` > `DEER_FLOW_HOME` > `./.fawn`.
+/// Skills: `skills.path` (relative to the config file's directory) >
+/// `DEER_FLOW_SKILLS_PATH` > `./skills`. `DATABASE_URL` overrides `database`.
+///
+/// Every problem found is returned, one [`ConfigIssue`] each. Reads files synchronously:
+/// call it before starting the runtime or from `spawn_blocking`.
+pub fn load(opts: &LoadOptions) -> Result<Loaded, ConfigErrors> {
+    let mut report = Report::default();
+    let config_path = resolve_config_path(opts, &mut report);
+    let extensions_path = resolve_extensions_path(opts, config_path.as_deref(), &mut report);
+    if !report.errors.is_empty() {
+        return Err(ConfigErrors(report.errors));
+    }
+    let config_text = config_path
+        .as_deref()
+        .and_then(|p| source::read_file(p, CONFIG_NAME, &mut report));
+    let extensions_text = extensions_path
+        .as_deref()
+        .and_then(|p| source::read_file(p, EXTENSIONS_NAME, &mut report));
+    build(
+        config_text.as_deref(),
+        config_path,
+        extensions_text.as_deref(),
+        extensions_path,
+        opts,
+        report,
+    )
+}
+
+/// Loads from text (tests, API-provided config). Paths resolve as if the files lived in
+/// `opts.cwd`; `opts.config_path` is ignored.
+pub fn load_str(
+    config_yaml: &str,
+    extensions_json: Option<&str>,
+    opts: &LoadOptions,
+) -> Result<Loaded, ConfigErrors> {
+    build(
+        Some(config_yaml),
+        None,
+        extensions_json,
+        None,
+        opts,
+        Report::default(),
+    )
+}
+
+fn build(
+    config_text: Option<&str>,
+    config_path: Option<PathBuf>,
+    extensions_text: Option<&str>,
+    extensions_path: Option<PathBuf>,
+    opts: &LoadOptions,
+    mut report: Report,
+) -> Result<Loaded, ConfigErrors> {
+    let mut app = AppConfig::default();
+    let mut origins = Origins::default();
+    if let Some(text) = config_text
+        && let Some(root) = source::parse_yaml(text, CONFIG_NAME, &mut report)
+        && let Some(map) = source::top_level(root, CONFIG_NAME, &mut report)
+    {
+        parse_app(map, opts, &mut app, &mut origins, &mut report);
+    }
+    let mut extensions = ExtensionsConfig::default();
+    if let Some(text) = extensions_text
+        && let Some(root) = source::parse_json(text, EXTENSIONS_NAME, &mut report)
+        && let Some(map) = source::top_level(root, EXTENSIONS_NAME, &mut report)
+    {
+        extensions = parse_extensions(map, opts, &mut report);
+    }
+    apply_database_url(opts, &mut app, &mut report);
+    validate::app(&mut app, &origins, &mut report);
+    validate::extensions(&extensions, &mut report);
+
+    let config_dir = config_path
+        .as_deref()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| opts.cwd.clone());
+    let home = opts
+        .path_var("FAWN_HOME")
+        .or_else(|| opts.path_var("DEER_FLOW_HOME"))
+        .unwrap_or_else(|| opts.cwd.join(".fawn"));
+    let skills_dir = match app.skills.path.as_deref().filter(|p| !p.trim().is_empty()) {
+        Some(p) if Path::new(p).is_absolute() => PathBuf::from(p),
+        Some(p) => config_dir.join(p),
+        None => opts
+            .path_var("DEER_FLOW_SKILLS_PATH")
+            .unwrap_or_else(|| opts.cwd.join("skills")),
+    };
+
+    if !report.errors.is_empty() {
+        return Err(ConfigErrors(report.errors));
+    }
+    Ok(Loaded {
+        settings: Settings {
+            app,
+            extensions,
+            home,
+            skills_dir,
+            config_path,
+            extensions_path,
+        },
+        warnings: report.warnings,
+    })
+}
+
+/// `DATABASE_URL` in the environment overrides `database` (the value itself is a secret and
+/// never appears in a message).
+fn apply_database_url(opts: &LoadOptions, app: &mut AppConfig, report: &mut Report) {
+    let Some(url) = opts.var("DATABASE_URL").filter(|u| !u.trim().is_empty()) else {
+        return;
+    };
+    let scheme = url
+        .split(':')
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let backend = match scheme.as_str() {
+        "postgres" | "postgresql" => "postgres",
+        "sqlite" => "sqlite",
+        _ => {
+            report.error(
+                "DATABASE_URL",
+                "unsupported URL scheme; expected postgres://, postgresql:// or sqlite:",
+            );
+            return;
+        }
+    };
+    let db = app.database.get_or_insert_with(DatabaseConfig::default);
+    db.backend = Some(backend.to_string());
+    db.url = Some(url);
+}
+
+/// The keys serde knows for a type whose unknown keys go to a flattened `extra` map: its
+/// serialized default's keys plus the given aliases.
+fn known_keys<T: Serialize + Default>(aliases: &[&str]) -> Vec<String> {
+    let mut keys: Vec<String> = match serde_json::to_value(T::default()) {
+        Ok(Value::Object(o)) => o.keys().cloned().collect(),
+        _ => Vec::new(),
+    };
+    keys.extend(aliases.iter().map(|a| a.to_string()));
+    keys
+}
+
+/// Parses a type with a flattened `extra` map. serde loses error paths through `flatten`,
+/// so each known key is checked on its own first; unknown keys go to `extra` untouched.
+fn parse_flat<T: DeserializeOwned + Serialize + Default>(
+    base: &str,
+    value: Value,
+    aliases: &[&str],
+    report: &mut Report,
+) -> Option<T> {
+    let Value::Object(entries) = value else {
+        report.error(
+            base,
+            format!("expected a mapping, got {}", typed::describe(&value)),
+        );
+        return None;
+    };
+    let known = known_keys::<T>(aliases);
+    let mut kept = Map::new();
+    for (k, v) in entries {
+        if !known.contains(&k) {
+            kept.insert(k, v);
+            continue;
+        }
+        let mut single = Map::new();
+        single.insert(k.clone(), v);
+        if let Some((_, Value::Object(mut fixed))) =
+            fix_and_parse::<T>(base, Value::Object(single), Some(&k), report)
+            && let Some(v) = fixed.shift_remove(&k)
+        {
+            kept.insert(k, v);
+        }
+    }
+    parse_typed(base, Value::Object(kept), report)
+}
+
+/// Keeps one spelling of a setting given under several (`base_url` / `api_base`); the
+/// others are dropped with a warning.
+fn dedupe_aliases(entry: &mut Value, base: &str, groups: &[&[&str]], report: &mut Report) {
+    let Value::Object(o) = entry else {
+        return;
+    };
+    for group in groups {
+        let present: Vec<&str> = group
+            .iter()
+            .copied()
+            .filter(|k| o.get(*k).is_some_and(|v| !v.is_null()))
+            .collect();
+        // A null spelling would also collide with the one in use.
+        for k in group.iter() {
+            if o.get(*k).is_some_and(Value::is_null) && !present.is_empty() {
+                o.shift_remove(*k);
+            }
+        }
+        if let Some((keep, others)) = present.split_first() {
+            for other in others {
+                o.shift_remove(*other);
+                report.warn(
+                    keypath::key(base, other),
+                    format!("ignored: `{keep}` is also set"),
+                );
+            }
+        }
+    }
+}
+
+const MODEL_ALIASES: &[&[&str]] = &[
+    &["base_url", "api_base", "openai_api_base"],
+    &["api_key", "openai_api_key"],
+    &["timeout", "request_timeout", "default_request_timeout"],
+    &["headers", "default_headers"],
+];
+
+/// Original list positions of the entries that parsed (a dropped entry must not shift the
+/// index in later messages).
+#[derive(Debug, Default)]
+pub(crate) struct Origins {
+    pub models: Vec<usize>,
+    pub tools: Vec<usize>,
+    pub tool_groups: Vec<usize>,
+}
+
+fn parse_app(
+    map: Map<String, Value>,
+    opts: &LoadOptions,
+    app: &mut AppConfig,
+    origins: &mut Origins,
+    r: &mut Report,
+) {
+    for (key, mut value) in map {
+        let path = keypath::key("", &key);
+        // DeerFlow treats a present-but-null section (everything below it commented out)
+        // as absent.
+        if value.is_null() {
+            continue;
+        }
+        let known = matches!(
+            key.as_str(),
+            "config_version"
+                | "log_level"
+                | "max_recursion_limit"
+                | "models"
+                | "tool_groups"
+                | "tools"
+                | "sandbox"
+                | "skills"
+                | "title"
+                | "summarization"
+                | "memory"
+                | "subagents"
+                | "loop_detection"
+                | "uploads"
+                | "database"
+                | "checkpointer"
+                | "llm_call"
+                | "circuit_breaker"
+                | "token_usage"
+                | "agents_api"
+                | "web"
+        );
+        if !known {
+            if IGNORED_DEERFLOW_SECTIONS.contains(&key.as_str()) {
+                r.warn(
+                    path,
+                    "DeerFlow setting that Fawn does not implement; ignored",
+                );
+            } else {
+                r.warn(path, "unknown key; ignored");
+            }
+            continue;
+        }
+        source::resolve_env(&mut value, &path, opts, Unset::Error, r);
+        match key.as_str() {
+            "config_version" => app.config_version = parse_typed(&path, value, r),
+            "log_level" => app.log_level = parse_typed(&path, value, r),
+            "max_recursion_limit" => {
+                if let Some(v) = parse_typed(&path, value, r) {
+                    app.max_recursion_limit = v;
+                }
+            }
+            "models" => {
+                for (i, mut entry) in list_entries(&path, value, r).into_iter().enumerate() {
+                    let base = keypath::index(&path, i);
+                    dedupe_aliases(&mut entry, &base, MODEL_ALIASES, r);
+                    if let Some(m) = parse_flat::<ModelConfig>(
+                        &base,
+                        entry,
+                        &[
+                            "api_base",
+                            "openai_api_base",
+                            "openai_api_key",
+                            "request_timeout",
+                            "default_request_timeout",
+                            "default_headers",
+                        ],
+                        r,
+                    ) {
+                        app.models.push(m);
+                        origins.models.push(i);
+                    }
+                }
+            }
+            "tools" => {
+                for (i, entry) in list_entries(&path, value, r).into_iter().enumerate() {
+                    let base = keypath::index(&path, i);
+                    if let Some(t) = parse_flat::<ToolConfig>(&base, entry, &[], r) {
+                        app.tools.push(t);
+                        origins.tools.push(i);
+                    }
+                }
+            }
+            "tool_groups" => {
+                for (i, entry) in list_entries(&path, value, r).into_iter().enumerate() {
+                    let base = keypath::index(&path, i);
+                    // A bare string is accepted as the group's name.
+                    let entry = match entry {
+                        Value::String(name) => serde_json::json!({ "name": name }),
+                        other => other,
+                    };
+                    if let Some(g) = parse_typed::<ToolGroupConfig>(&base, entry, r) {
+                        app.tool_groups.push(g);
+                        origins.tool_groups.push(i);
+                    }
+                }
+            }
+            "sandbox" => app.sandbox = parse_section(&path, value, r),
+            "skills" => app.skills = parse_section(&path, value, r),
+            "title" => app.title = parse_section(&path, value, r),
+            "summarization" => app.summarization = parse_summarization(&path, value, r),
+            "memory" => {
+                lift_memory_backend_config(&mut value);
+                app.memory = parse_section(&path, value, r);
+            }
+            "subagents" => app.subagents = parse_section(&path, value, r),
+            "loop_detection" => app.loop_detection = parse_section(&path, value, r),
+            "uploads" => app.uploads = parse_section(&path, value, r),
+            "database" => app.database = Some(parse_section(&path, value, r)),
+            "checkpointer" => app.checkpointer = Some(parse_section(&path, value, r)),
+            "llm_call" => app.llm_call = parse_section(&path, value, r),
+            "circuit_breaker" => app.circuit_breaker = parse_section(&path, value, r),
+            "token_usage" => app.token_usage = parse_section(&path, value, r),
+            "agents_api" => app.agents_api = parse_section(&path, value, r),
+            "web" => app.web = parse_section(&path, value, r),
+            _ => {}
+        }
+    }
+}
+
+/// DeerFlow keeps DeerMem's knobs under `memory.backend_config`; when the typed top-level
+/// field is not given, the value there is used (it also stays in `backend_config`).
+fn lift_memory_backend_config(memory: &mut Value) {
+    let Value::Object(m) = memory else {
+        return;
+    };
+    let Some(Value::Object(backend)) = m.get("backend_config") else {
+        return;
+    };
+    let lifted: Vec<(String, Value)> = [
+        "debounce_seconds",
+        "max_facts",
+        "fact_confidence_threshold",
+        "max_injection_tokens",
+        "storage_path",
+    ]
+    .iter()
+    .filter(|k| !m.contains_key(**k))
+    .filter_map(|k| backend.get(*k).map(|v| (k.to_string(), v.clone())))
+    .filter(|(_, v)| !v.is_null() && v.as_str() != Some(""))
+    .collect();
+    m.extend(lifted);
+}
+
+/// `summarization`, with `trigger` (one size or a list) read entry by entry so that each bad
+/// entry is reported with its own path.
+fn parse_summarization(path: &str, mut value: Value, r: &mut Report) -> SummarizationConfig {
+    let trigger = typed::take(&mut value, "trigger");
+    let mut cfg: SummarizationConfig = parse_section(path, value, r);
+    let tpath = keypath::key(path, "trigger");
+    cfg.trigger = match trigger {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(items)) => Some(OneOrMany::Many(
+            items
+                .into_iter()
+                .enumerate()
+                .filter_map(|(i, item)| {
+                    let p = keypath::index(&tpath, i);
+                    let size = parse_typed(&p, item, r)?;
+                    validate::context_size(&p, &size, r);
+                    Some(size)
+                })
+                .collect(),
+        )),
+        Some(one) => parse_typed(&tpath, one, r)
+            .inspect(|size| {
+                validate::context_size(&tpath, size, r);
+            })
+            .map(OneOrMany::One),
+    };
+    cfg
+}
+
+fn parse_extensions(
+    map: Map<String, Value>,
+    opts: &LoadOptions,
+    r: &mut Report,
+) -> ExtensionsConfig {
+    let mut ext = ExtensionsConfig::default();
+    for (key, mut value) in map {
+        let path = keypath::key("", &key);
+        if value.is_null() {
+            continue;
+        }
+        match key.as_str() {
+            "mcpServers" | "mcp_servers" => {
+                let Value::Object(servers) = value else {
+                    r.error(
+                        &path,
+                        format!("expected a mapping, got {}", typed::describe(&value)),
+                    );
+                    continue;
+                };
+                for (name, server) in servers {
+                    let base = keypath::key(&path, &name);
+                    if let Some(s) = parse_mcp_server(&base, server, opts, r) {
+                        ext.mcp_servers.insert(name, s);
+                    }
+                }
+            }
+            "skills" => {
+                source::resolve_env(&mut value, &path, opts, Unset::Error, r);
+                ext.skills = parse_section::<BTreeMap<String, SkillToggle>>(&path, value, r);
+            }
+            "middlewares" | "mcpInterceptors" => {
+                source::resolve_env(&mut value, &path, opts, Unset::Error, r);
+                let list: Vec<String> = parse_section(&path, value, r);
+                if !list.is_empty() {
+                    r.warn(
+                        &path,
+                        "Python extension classes cannot be loaded by Fawn; ignored",
+                    );
+                }
+                if key == "middlewares" {
+                    ext.middlewares = list;
+                } else {
+                    ext.mcp_interceptors = list;
+                }
+            }
+            _ => r.warn(path, "unknown key; ignored"),
+        }
+    }
+    ext
+}
+
+/// One MCP server. `$VAR`s of a disabled server that are unset only warn: a disabled server
+/// must not keep Fawn from starting.
+fn parse_mcp_server(
+    base: &str,
+    mut server: Value,
+    opts: &LoadOptions,
+    r: &mut Report,
+) -> Option<McpServerConfig> {
+    let Value::Object(o) = &mut server else {
+        r.error(
+            base,
+            format!("expected a mapping, got {}", typed::describe(&server)),
+        );
+        return None;
+    };
+    if let Some(enabled) = o.get_mut("enabled") {
+        source::resolve_env(
+            enabled,
+            &keypath::key(base, "enabled"),
+            opts,
+            Unset::Error,
+            r,
+        );
+    }
+    let enabled = match o.get("enabled") {
+        Some(Value::Bool(b)) => *b,
+        Some(Value::String(s)) => !matches!(
+            s.trim().to_ascii_lowercase().as_str(),
+            "false" | "0" | "no" | "off" | "f" | "n"
+        ),
+        _ => true,
+    };
+    let unset = if enabled {
+        Unset::Error
+    } else {
+        Unset::WarnEmpty("server is disabled")
+    };
+    for (k, v) in o.iter_mut() {
+        if k != "enabled" {
+            source::resolve_env(v, &keypath::key(base, k), opts, unset, r);
+        }
+    }
+    // DeerFlow: `transport` (MCP spec spelling) is used when `type` is not given.
+    let type_given = o
+        .get("type")
+        .is_some_and(|t| !t.is_null() && t.as_str() != Some(""));
+    if let Some(transport) = o.shift_remove("transport")
+        && !type_given
+    {
+        o.insert("type".to_string(), transport);
+    }
+    parse_flat::<McpServerConfig>(base, server, &["transport"], r)
+}

@@ -1,0 +1,215 @@
+//! Where the files and directories come from, and in which order.
+
+use fawn_config::{LoadOptions, load};
+use std::path::Path;
+
+fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+    let p = dir.join(name);
+    if let Some(parent) = p.parent() {
+        std::fs::create_dir_all(parent).unwrap();
+    }
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn model(name: &str) -> String {
+    format!("models:\n  - name: {name}\n    use: langchain_openai:ChatOpenAI\n    model: m\n")
+}
+
+fn loaded_model(opts: &LoadOptions) -> String {
+    let l = load(opts).unwrap_or_else(|e| panic!("{e}"));
+    l.settings.app.models[0].name.clone()
+}
+
+#[test]
+fn config_path_precedence() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let explicit = write(d, "explicit.yaml", &model("explicit"));
+    let fawn = write(d, "fawn.yaml", &model("fawn"));
+    let deer = write(d, "deer.yaml", &model("deer"));
+    write(d, "config.yaml", &model("local"));
+    let all = |with_explicit: bool, fawn_on: bool, deer_on: bool| {
+        let (f, df) = (fawn.display().to_string(), deer.display().to_string());
+        let opts = LoadOptions::with_lookup(d, move |name| match name {
+            "FAWN_CONFIG" if fawn_on => Some(f.clone()),
+            "DEER_FLOW_CONFIG_PATH" if deer_on => Some(df.clone()),
+            _ => None,
+        });
+        if with_explicit {
+            opts.config_path(&explicit)
+        } else {
+            opts
+        }
+    };
+    assert_eq!(loaded_model(&all(true, true, true)), "explicit");
+    assert_eq!(loaded_model(&all(false, true, true)), "fawn");
+    assert_eq!(loaded_model(&all(false, false, true)), "deer");
+    assert_eq!(loaded_model(&all(false, false, false)), "local");
+    // Relative explicit paths resolve against the working directory.
+    let rel = LoadOptions::with_vars(d, Vec::<(String, String)>::new()).config_path("deer.yaml");
+    assert_eq!(loaded_model(&rel), "deer");
+}
+
+#[test]
+fn no_config_at_all_means_defaults_and_no_models() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = LoadOptions::with_vars(dir.path(), Vec::<(String, String)>::new());
+    let l = load(&opts).unwrap();
+    assert!(l.settings.app.models.is_empty());
+    assert!(l.settings.config_path.is_none());
+    assert!(l.settings.extensions_path.is_none());
+    assert_eq!(l.settings.home, dir.path().join(".fawn"));
+    assert_eq!(l.settings.skills_dir, dir.path().join("skills"));
+    assert_eq!(l.settings.app.sandbox.bash_command_timeout, 600);
+}
+
+#[test]
+fn a_named_file_that_does_not_exist_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write(d, "config.yaml", &model("local"));
+    let missing = d.join("nope.yaml");
+    let err =
+        load(&LoadOptions::with_vars(d, Vec::<(String, String)>::new()).config_path(&missing))
+            .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "config.yaml: config file {} (from --config) does not exist",
+            missing.display()
+        )
+    );
+    for var in ["FAWN_CONFIG", "DEER_FLOW_CONFIG_PATH"] {
+        let err = load(&LoadOptions::with_vars(d, [(var, "nope.yaml")])).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains(&format!("(from {var}) does not exist")),
+            "{err}"
+        );
+    }
+    for var in ["FAWN_EXTENSIONS_CONFIG", "DEER_FLOW_EXTENSIONS_CONFIG_PATH"] {
+        let err = load(&LoadOptions::with_vars(d, [(var, "nope.json")])).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("extensions_config.json: extensions file"),
+            "{err}"
+        );
+    }
+    // An empty variable counts as unset.
+    assert_eq!(
+        loaded_model(&LoadOptions::with_vars(d, [("FAWN_CONFIG", "")])),
+        "local"
+    );
+}
+
+#[test]
+fn extensions_path_precedence() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ext = |skill: &str| format!("{{\"skills\": {{\"{skill}\": {{\"enabled\": false}}}}}}");
+    let cfg = write(d, "conf/config.yaml", &model("m"));
+    write(d, "conf/extensions_config.json", &ext("beside"));
+    let fawn = write(d, "fawn.json", &ext("fawn"));
+    let deer = write(d, "deer.json", &ext("deer"));
+    let skill_of = |vars: Vec<(&str, String)>| {
+        let opts = LoadOptions::with_vars(d, vars).config_path(&cfg);
+        let l = load(&opts).unwrap_or_else(|e| panic!("{e}"));
+        l.settings.extensions.skills.keys().next().cloned().unwrap()
+    };
+    let (f, df) = (fawn.display().to_string(), deer.display().to_string());
+    assert_eq!(
+        skill_of(vec![
+            ("FAWN_EXTENSIONS_CONFIG", f.clone()),
+            ("DEER_FLOW_EXTENSIONS_CONFIG_PATH", df.clone())
+        ]),
+        "fawn"
+    );
+    assert_eq!(
+        skill_of(vec![("DEER_FLOW_EXTENSIONS_CONFIG_PATH", df)]),
+        "deer"
+    );
+    assert_eq!(skill_of(vec![]), "beside");
+    // Not beside the config file, not found: no extensions.
+    let other = write(d, "elsewhere/config.yaml", &model("m"));
+    let l = load(&LoadOptions::with_vars(d, Vec::<(String, String)>::new()).config_path(&other))
+        .unwrap();
+    assert!(l.settings.extensions_path.is_none());
+    assert!(l.settings.extensions.skills.is_empty());
+}
+
+#[test]
+fn home_and_skills_dirs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cfg = write(d, "conf/config.yaml", "skills:\n  path: ../my-skills\n");
+    let home_of = |vars: Vec<(&str, &str)>| {
+        load(&LoadOptions::with_vars(d, vars).config_path(&cfg))
+            .unwrap()
+            .settings
+    };
+    assert_eq!(
+        home_of(vec![
+            ("FAWN_HOME", "/data/fawn"),
+            ("DEER_FLOW_HOME", "/data/deer")
+        ])
+        .home,
+        Path::new("/data/fawn")
+    );
+    assert_eq!(
+        home_of(vec![("DEER_FLOW_HOME", "/data/deer")]).home,
+        Path::new("/data/deer")
+    );
+    assert_eq!(home_of(vec![("DEER_FLOW_HOME", "rel")]).home, d.join("rel"));
+    assert_eq!(home_of(vec![]).home, d.join(".fawn"));
+    // skills.path is relative to the config file's directory.
+    assert_eq!(
+        home_of(vec![]).skills_dir,
+        d.join("conf").join("../my-skills")
+    );
+    let cfg2 = write(
+        d,
+        "conf2/config.yaml",
+        "skills:\n  container_path: /mnt/skills\n",
+    );
+    let s = load(&LoadOptions::with_vars(d, Vec::<(&str, &str)>::new()).config_path(&cfg2))
+        .unwrap()
+        .settings;
+    assert_eq!(s.skills_dir, d.join("skills"));
+    let s = load(
+        &LoadOptions::with_vars(d, [("DEER_FLOW_SKILLS_PATH", "/opt/skills")]).config_path(&cfg2),
+    )
+    .unwrap()
+    .settings;
+    assert_eq!(s.skills_dir, Path::new("/opt/skills"));
+}
+
+#[test]
+fn database_url_overrides_the_database_section() {
+    let yaml = "database:\n  backend: sqlite\n  postgres_schema: fawn\n";
+    let l = crate::load_with(yaml, None, &[("DATABASE_URL", "postgres://u:secret@db/x")]).unwrap();
+    let db = l.settings.app.database.unwrap();
+    assert_eq!(db.backend.as_deref(), Some("postgres"));
+    assert_eq!(db.url.as_deref(), Some("postgres://u:secret@db/x"));
+    assert_eq!(db.postgres_schema.as_deref(), Some("fawn"));
+    let l = crate::load_with("", None, &[("DATABASE_URL", "sqlite:///tmp/x.db")]).unwrap();
+    assert_eq!(
+        l.settings.app.database.unwrap().backend.as_deref(),
+        Some("sqlite")
+    );
+    let err = crate::load_with("", None, &[("DATABASE_URL", "mysql://u:secret@db/x")]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "DATABASE_URL: unsupported URL scheme; expected postgres://, postgresql:// or sqlite:"
+    );
+    assert!(!err.to_string().contains("secret"));
+    // Postgres without a URL anywhere is an error.
+    assert_eq!(
+        crate::error_lines(crate::load_with(
+            "database:\n  backend: postgres\n",
+            None,
+            &[]
+        )),
+        ["database.postgres_url: is required when backend is postgres (or set DATABASE_URL)"]
+    );
+}
