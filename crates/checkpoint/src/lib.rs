@@ -1,4 +1,256 @@
 //! Persistence: checkpoints, threads, runs (the run queue), assistants, crons and the store,
-//! on SQLite (embedded default) or Postgres.
+//! on SQLite (embedded default) or Postgres, behind one set of traits ([`Persistence`]).
 //!
-//! Must never know about HTTP or the agent's internals; it stores plain typed JSON, never code.
+//! Checkpoints are stored as deltas (each step's writes) plus snapshots taken when the deltas
+//! written since the last snapshot outweigh it, so the cost of a step does not grow with the
+//! thread; reading replays the writes through `fawn-state`'s reducers. Everything is plain
+//! typed JSON, never code. Must never know about HTTP, SSE or the agent's internals.
+
+pub mod types;
+
+pub use types::*;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use fawn_state::ThreadState;
+use serde_json::{Map, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A storage operation failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StoreError {
+    /// The named thing does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// It exists already, or the operation conflicts with the current state
+    /// (e.g. `multitask_strategy: reject` on a busy thread).
+    #[error("{0}")]
+    Conflict(String),
+    /// The request cannot be stored as given (bad filter, bad id, …).
+    #[error("{0}")]
+    Invalid(String),
+    /// Stored data could not be decoded (a bug or a corrupted row).
+    #[error("corrupt stored data: {0}")]
+    Corrupt(String),
+    /// The database failed (connection, I/O, …). Transient errors are retried inside.
+    #[error("database error: {0}")]
+    Database(String),
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// Assistants (one system assistant per graph, plus user-created ones) and their versions.
+#[async_trait]
+pub trait AssistantStore: Send + Sync {
+    /// Creates or refreshes a system assistant at startup (id = uuid5 of the graph id).
+    async fn upsert_system_assistant(&self, assistant: NewAssistant) -> Result<Assistant>;
+    /// `if_exists: raise` → [`StoreError::Conflict`]; `do_nothing` → the existing one.
+    async fn create_assistant(&self, assistant: NewAssistant) -> Result<Assistant>;
+    async fn get_assistant(&self, assistant_id: &str) -> Result<Option<Assistant>>;
+    /// Writes a new version and makes it current; `metadata` is merged shallowly.
+    async fn update_assistant(
+        &self,
+        assistant_id: &str,
+        patch: AssistantPatch,
+    ) -> Result<Assistant>;
+    /// Deletes the assistant and its versions; returns false when it did not exist.
+    async fn delete_assistant(&self, assistant_id: &str) -> Result<bool>;
+    async fn search_assistants(&self, query: &AssistantQuery) -> Result<Page<Assistant>>;
+    async fn count_assistants(&self, filter: &AssistantFilter) -> Result<u64>;
+    /// Versions, newest first.
+    async fn assistant_versions(
+        &self,
+        assistant_id: &str,
+        metadata: Option<&Map<String, Value>>,
+        limit: u64,
+        offset: u64,
+    ) -> Result<Vec<AssistantVersion>>;
+    async fn set_latest_version(&self, assistant_id: &str, version: i64) -> Result<Assistant>;
+}
+
+/// Threads and their derived status.
+#[async_trait]
+pub trait ThreadStore: Send + Sync {
+    /// `if_exists: raise` → [`StoreError::Conflict`]; `do_nothing` → the existing thread,
+    /// unchanged.
+    async fn create_thread(&self, thread: NewThread) -> Result<Thread>;
+    async fn get_thread(&self, thread_id: &str) -> Result<Option<Thread>>;
+    /// Merges `metadata` shallowly into the thread's metadata.
+    async fn update_thread(&self, thread_id: &str, patch: ThreadPatch) -> Result<Thread>;
+    /// Deletes the thread with its runs, checkpoints and crons; false when it did not exist.
+    async fn delete_thread(&self, thread_id: &str) -> Result<bool>;
+    async fn search_threads(&self, query: &ThreadQuery) -> Result<Page<Thread>>;
+    async fn count_threads(&self, filter: &ThreadFilter) -> Result<u64>;
+    /// Copies a thread (metadata and the whole checkpoint history) under a new id.
+    async fn copy_thread(&self, thread_id: &str, new_thread_id: &str) -> Result<Thread>;
+    /// `delete`: removes the threads; `keep_latest`: keeps only their latest checkpoint.
+    /// Returns how many threads were pruned.
+    async fn prune_threads(&self, thread_ids: &[String], strategy: PruneStrategy) -> Result<u64>;
+    /// Records the outcome of a run or a state update on the thread: values, interrupts,
+    /// error and metadata, and recomputes its status (busy while any run is pending or
+    /// running, else interrupted / error / idle from `summary`).
+    async fn set_thread_summary(&self, thread_id: &str, summary: ThreadSummary) -> Result<Thread>;
+    /// Threads whose TTL expired (for the sweeper), at most `limit`.
+    async fn expired_threads(&self, now: DateTime<Utc>, limit: u64) -> Result<Vec<Thread>>;
+}
+
+/// Checkpoints: the history of a thread's state.
+#[async_trait]
+pub trait CheckpointStore: Send + Sync {
+    /// Persists a checkpoint (its writes, plus a snapshot when the policy says so) and
+    /// returns its id, which sorts after every earlier checkpoint id of the thread.
+    async fn put_checkpoint(&self, checkpoint: NewCheckpoint) -> Result<String>;
+    /// The checkpoint with `checkpoint_id`, or the latest one of the namespace when `None`,
+    /// with its full state reconstructed.
+    async fn get_checkpoint(
+        &self,
+        thread_id: &str,
+        checkpoint_ns: &str,
+        checkpoint_id: Option<&str>,
+    ) -> Result<Option<Checkpoint>>;
+    /// History, newest first by id across all branches, each with its full state.
+    async fn list_checkpoints(
+        &self,
+        thread_id: &str,
+        query: &HistoryQuery,
+    ) -> Result<Vec<Checkpoint>>;
+    /// Deletes every checkpoint written by `run_id` (rollback); returns how many.
+    async fn delete_checkpoints_for_run(&self, thread_id: &str, run_id: &str) -> Result<u64>;
+    /// Merges `metadata` into a checkpoint's metadata (`PATCH /threads/{id}/state`).
+    async fn patch_checkpoint_metadata(
+        &self,
+        thread_id: &str,
+        checkpoint_id: &str,
+        metadata: &Map<String, Value>,
+    ) -> Result<()>;
+}
+
+/// Runs: the durable run queue.
+#[async_trait]
+pub trait RunStore: Send + Sync {
+    /// Creates a run atomically with the thread-level multitask rule: if the thread has
+    /// pending/running runs, `reject` → [`StoreError::Conflict`]; other strategies create the
+    /// run and return the in-flight runs so the caller can cancel them (`interrupt`,
+    /// `rollback`) or leave them (`enqueue`). Creates the thread first when
+    /// `create_thread_if_missing` is set; otherwise a missing thread is
+    /// [`StoreError::NotFound`]. Marks the thread busy.
+    async fn create_run(&self, run: NewRun) -> Result<CreatedRun>;
+    async fn get_run(&self, run_id: &str) -> Result<Option<Run>>;
+    /// Runs of a thread, newest first.
+    async fn list_runs(&self, thread_id: &str, query: &RunQuery) -> Result<Vec<Run>>;
+    /// Deletes a run (not its checkpoints); false when it did not exist.
+    async fn delete_run(&self, run_id: &str) -> Result<bool>;
+    /// Claims the oldest pending run that is due and whose thread has no running run:
+    /// status `running`, `attempt` + 1, lease owned by `worker_id` until now + `lease`.
+    async fn claim_next_run(&self, worker_id: &str, lease: Duration) -> Result<Option<Run>>;
+    /// Claims one specific pending run (a stream request executing on the node that
+    /// accepted it). `None` when it is not claimable (not due, thread busy, already taken).
+    async fn claim_run(
+        &self,
+        run_id: &str,
+        worker_id: &str,
+        lease: Duration,
+    ) -> Result<Option<Run>>;
+    /// Extends the lease of a run this worker owns. Returns a cancellation requested by
+    /// another process, if any, and `Err(NotFound)` when the worker lost the run.
+    async fn heartbeat(
+        &self,
+        run_id: &str,
+        worker_id: &str,
+        lease: Duration,
+    ) -> Result<Option<CancelAction>>;
+    /// Records the terminal status of a run this worker owns and refreshes its thread's
+    /// status. `Err(NotFound)` when the worker no longer owns it.
+    async fn finish_run(&self, run_id: &str, worker_id: &str, outcome: RunFinish) -> Result<Run>;
+    /// Puts a claimed run back to `pending` (graceful shutdown).
+    async fn release_run(&self, run_id: &str, worker_id: &str) -> Result<()>;
+    /// Cancels runs: pending ones end at once (`interrupted`, or deleted for rollback);
+    /// running ones get a cancel request their worker sees on its next heartbeat. Returns
+    /// the runs that matched (before the change).
+    async fn cancel_runs(&self, target: &CancelTarget, action: CancelAction) -> Result<Vec<Run>>;
+    /// Running runs whose lease expired: back to `pending` while `attempt < max_attempts`
+    /// (they resume from their last checkpoint), else `error` with reason
+    /// `orphan_recovered`. Returns the runs it touched.
+    async fn reap_expired_runs(&self, now: DateTime<Utc>, max_attempts: u32) -> Result<Vec<Run>>;
+}
+
+/// Cron jobs.
+#[async_trait]
+pub trait CronStore: Send + Sync {
+    async fn create_cron(&self, cron: NewCron) -> Result<Cron>;
+    async fn get_cron(&self, cron_id: &str) -> Result<Option<Cron>>;
+    async fn update_cron(&self, cron_id: &str, patch: CronPatch) -> Result<Cron>;
+    async fn delete_cron(&self, cron_id: &str) -> Result<bool>;
+    async fn search_crons(&self, query: &CronQuery) -> Result<Page<Cron>>;
+    async fn count_crons(&self, filter: &CronFilter) -> Result<u64>;
+    /// Enabled crons whose `next_run_date <= now`, each claimed by moving its
+    /// `next_run_date` to `next` (computed by the caller's schedule parser) in the same
+    /// transaction, so two processes never fire the same tick.
+    async fn claim_due_crons(
+        &self,
+        now: DateTime<Utc>,
+        limit: u64,
+        next: &(dyn Fn(&Cron) -> Option<DateTime<Utc>> + Send + Sync),
+    ) -> Result<Vec<Cron>>;
+}
+
+/// The long-term key/value store (`/store/*`).
+#[async_trait]
+pub trait ItemStore: Send + Sync {
+    async fn put_item(&self, item: PutItem) -> Result<()>;
+    /// `refresh_ttl` extends the TTL of an item that has one.
+    async fn get_item(
+        &self,
+        namespace: &[String],
+        key: &str,
+        refresh_ttl: bool,
+    ) -> Result<Option<Item>>;
+    async fn delete_item(&self, namespace: &[String], key: &str) -> Result<()>;
+    async fn search_items(&self, query: &ItemQuery) -> Result<Vec<Item>>;
+    async fn list_namespaces(&self, query: &NamespaceQuery) -> Result<Vec<Vec<String>>>;
+    /// Deletes expired items; returns how many.
+    async fn sweep_expired_items(&self, now: DateTime<Utc>) -> Result<u64>;
+}
+
+/// Everything the server stores, in one backend.
+#[async_trait]
+pub trait Persistence:
+    AssistantStore + ThreadStore + CheckpointStore + RunStore + CronStore + ItemStore
+{
+    /// `sqlite` or `postgres`.
+    fn backend(&self) -> &'static str;
+    /// True when the database answers.
+    async fn ping(&self) -> bool;
+    /// Deletes everything except system assistants (test hook `POST /internal/truncate`).
+    async fn truncate(&self, what: &Truncate) -> Result<()>;
+}
+
+/// How to open a backend.
+#[derive(Clone, Debug, PartialEq)]
+pub enum BackendConfig {
+    /// A SQLite file (created with its directory if missing), in WAL mode.
+    Sqlite { path: std::path::PathBuf },
+    /// A Postgres URL; `schema` (created if missing) isolates Fawn's tables.
+    Postgres { url: String, schema: Option<String> },
+}
+
+/// Opens (and migrates) a backend.
+pub async fn open(config: &BackendConfig) -> Result<Arc<dyn Persistence>> {
+    let _ = config;
+    Err(StoreError::Database(
+        "no persistence backend is implemented yet".to_string(),
+    ))
+}
+
+/// Reconstructs a state from a snapshot and the writes after it, through the reducers.
+pub fn replay(
+    snapshot: Option<ThreadState>,
+    writes: impl IntoIterator<Item = Vec<fawn_state::StateUpdate>>,
+) -> std::result::Result<ThreadState, fawn_state::ReducerError> {
+    let mut state = snapshot.unwrap_or_default();
+    for mut step in writes {
+        state.apply_writes(&mut step)?;
+    }
+    Ok(state)
+}

@@ -1,1 +1,115 @@
-fn main() {}
+//! `fawn`: the single binary. Parses flags, loads the configuration and hands over to the
+//! server crate. Everything with behaviour lives in the library crates.
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "fawn",
+    version,
+    about = "A LangGraph-Platform-compatible agent server that runs DeerFlow's lead agent.",
+    long_about = "Fawn serves the LangGraph Platform HTTP API (assistants, threads, runs, state, \
+history, store, SSE streaming) and runs DeerFlow's lead agent, with checkpoints in SQLite by \
+default and in Postgres when DATABASE_URL is set. It reads DeerFlow's config.yaml and \
+extensions_config.json as they are."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Start the HTTP server.
+    Serve(ServeArgs),
+    /// Load and validate a config.yaml (and its extensions_config.json); print every problem
+    /// with its key path. Exits 1 when the configuration cannot be used.
+    CheckConfig {
+        /// The config file; default: FAWN_CONFIG, DEER_FLOW_CONFIG_PATH, then ./config.yaml.
+        path: Option<PathBuf>,
+    },
+}
+
+#[derive(Args, Debug, Clone)]
+struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1", env = "FAWN_HOST")]
+    host: String,
+    /// Port to listen on (a busy port is an error, never silently replaced).
+    #[arg(long, default_value_t = 2024, env = "FAWN_PORT")]
+    port: u16,
+    /// The config file; default: FAWN_CONFIG, DEER_FLOW_CONFIG_PATH, then ./config.yaml.
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::CheckConfig { path } => check_config(path),
+        Command::Serve(args) => match serve(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("fawn: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+fn load_options(path: Option<PathBuf>) -> fawn_config::LoadOptions {
+    let opts = fawn_config::LoadOptions::from_process();
+    match path {
+        Some(p) => opts.config_path(p),
+        None => opts,
+    }
+}
+
+/// Every problem of the configuration, errors first: the loader's, then those of the
+/// registries that own `use:` paths (models).
+fn check_config(path: Option<PathBuf>) -> ExitCode {
+    let loaded = match fawn_config::load(&load_options(path)) {
+        Ok(l) => l,
+        Err(errors) => {
+            for issue in &errors.0 {
+                eprintln!("error: {issue}");
+            }
+            eprintln!("config check failed: {} problem(s)", errors.0.len());
+            return ExitCode::FAILURE;
+        }
+    };
+    let errors = fawn_llm::validate_models(&loaded.settings.app);
+    for issue in &loaded.warnings {
+        eprintln!("warning: {issue}");
+    }
+    for issue in &errors {
+        eprintln!("error: {issue}");
+    }
+    if !errors.is_empty() {
+        eprintln!("config check failed: {} problem(s)", errors.len());
+        return ExitCode::FAILURE;
+    }
+    let s = &loaded.settings;
+    match &s.config_path {
+        Some(p) => println!("config OK: {}", p.display()),
+        None => println!("config OK (no config file found; using defaults)"),
+    }
+    println!(
+        "  models: {}, tools: {}, MCP servers: {}, data dir: {}",
+        s.app.models.len(),
+        s.app.tools.len(),
+        s.extensions.mcp_servers.len(),
+        s.home.display()
+    );
+    ExitCode::SUCCESS
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let _loaded = fawn_config::load(&load_options(args.config.clone()))
+        .map_err(|e| anyhow::anyhow!("invalid configuration:\n{e}"))
+        .context("loading configuration")?;
+    anyhow::bail!("the server is not implemented yet")
+}

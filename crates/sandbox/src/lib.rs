@@ -74,11 +74,87 @@ pub enum SandboxError {
     Io(String),
 }
 
-/// One thread's sandbox: files and command execution, addressed by virtual paths.
+/// How a command is run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ExecOptions {
+    /// Extra environment variables (request secrets), layered over the scrubbed base env.
+    pub env: Vec<(String, String)>,
+    /// Overrides `sandbox.bash_command_timeout`.
+    pub timeout: Option<std::time::Duration>,
+}
+
+/// What a command produced, already masked (host paths → virtual paths) and truncated.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ExecOutput {
+    pub stdout: String,
+    pub stderr: String,
+    /// `None` when the process was killed (timeout, cancellation).
+    pub exit_code: Option<i32>,
+    pub timed_out: bool,
+}
+
+/// One `grep` hit. `path` is virtual.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GrepMatch {
+    pub path: String,
+    pub line_number: u64,
+    pub line: String,
+}
+
+/// Options of [`Sandbox::grep`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GrepOptions {
+    /// Only search files whose path matches this glob.
+    pub glob: Option<String>,
+    pub literal: bool,
+    pub case_sensitive: bool,
+    pub max_results: usize,
+}
+
+/// One thread's sandbox: files and command execution, addressed by **virtual** paths
+/// (`/mnt/user-data/...`, `/mnt/skills/...`). Every path is resolved and confined before use;
+/// every text returned is masked so that no host path leaks.
 #[async_trait]
 pub trait Sandbox: Send + Sync {
     fn id(&self) -> &str;
     fn paths(&self) -> &ThreadPaths;
+
+    /// Runs `command` with bash, cwd `/mnt/user-data/workspace`, inside the OS sandbox.
+    async fn execute(&self, command: &str, opts: ExecOptions) -> Result<ExecOutput, SandboxError>;
+
+    /// Reads a whole file's bytes (at most `max_bytes`; larger files are an error).
+    async fn read_bytes(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, SandboxError>;
+
+    /// Writes text, creating parent directories. Refused on read-only roots and symlinked
+    /// destinations.
+    async fn write_text(&self, path: &str, content: &str, append: bool)
+    -> Result<(), SandboxError>;
+
+    /// Writes bytes (uploads), with the same rules as [`Sandbox::write_text`].
+    async fn write_bytes(&self, path: &str, content: &[u8]) -> Result<(), SandboxError>;
+
+    /// Entries under `path` up to `max_depth` levels, as virtual paths (directories end in `/`).
+    async fn list_dir(&self, path: &str, max_depth: usize) -> Result<Vec<String>, SandboxError>;
+
+    /// Paths under `path` matching `pattern`; the bool says the list was truncated.
+    async fn glob(
+        &self,
+        path: &str,
+        pattern: &str,
+        include_dirs: bool,
+        max_results: usize,
+    ) -> Result<(Vec<String>, bool), SandboxError>;
+
+    /// Lines matching `pattern` in `path` (a file or a directory); the bool says truncated.
+    async fn grep(
+        &self,
+        path: &str,
+        pattern: &str,
+        opts: GrepOptions,
+    ) -> Result<(Vec<GrepMatch>, bool), SandboxError>;
+
+    /// Replaces every host path of this sandbox in `text` by its virtual path.
+    fn mask(&self, text: &str) -> String;
 }
 
 /// Hands out sandboxes per thread.
