@@ -6,6 +6,7 @@
 //! about HTTP routes, storage or the middleware chain; tools see only a `ToolContext`.
 
 pub mod args;
+pub mod mcp;
 
 use async_trait::async_trait;
 use fawn_config::Settings;
