@@ -1,9 +1,10 @@
-//! Opening one MCP session: the transport named by the config (`stdio`, streamable `http`;
-//! legacy `sse` is refused), the MCP handshake, and the tool listing — all within
+//! Opening one MCP session: the transport named by the config (`stdio`, streamable `http`,
+//! legacy `sse`), the MCP handshake, and the tool listing — all within
 //! `session_init_timeout`.
 
 use super::oauth::{AuthedClient, TokenSource};
 use super::redact::{Redactor, display_url};
+use super::sse::LegacySse;
 use fawn_config::McpServerConfig;
 use http::{HeaderName, HeaderValue};
 use process_wrap::tokio::{CommandWrap, ProcessGroup};
@@ -199,7 +200,7 @@ pub(crate) async fn connect(
         let service = match kind {
             TransportKind::Stdio => stdio(name, cfg, cx, &redactor, &tail).await?,
             TransportKind::Http => http(name, cfg, cx, &redactor).await?,
-            TransportKind::Sse => return Err(SSE_REFUSAL.to_string()),
+            TransportKind::Sse => sse(name, cfg, cx, &redactor).await?,
         };
         let has_tools = service
             .peer()
@@ -241,11 +242,6 @@ pub(crate) async fn connect(
         }
     }
 }
-
-/// Why `type: sse` servers are refused.
-pub(crate) const SSE_REFUSAL: &str = "type \"sse\" (the legacy HTTP+SSE transport) is not \
-    supported by Fawn: rmcp 3 removed it and MCP replaced it with streamable HTTP. Point \
-    this server at its streamable-HTTP endpoint (often /mcp) and set \"type\": \"http\"";
 
 async fn stdio(
     name: &str,
@@ -322,22 +318,22 @@ fn working_dir(cfg: &McpServerConfig, cx: &ConnectContext) -> Result<Option<Path
 /// Headers rmcp sets itself.
 const RESERVED_HEADERS: &[&str] = &["accept", "mcp-session-id", "last-event-id"];
 
-async fn http(
-    name: &str,
-    cfg: &McpServerConfig,
-    cx: &ConnectContext,
-    redactor: &Redactor,
-) -> Result<RunningService<RoleClient, ClientConfig>, String> {
+/// The `url` of an HTTP or SSE server, checked.
+fn url_of(cfg: &McpServerConfig, kind: TransportKind) -> Result<&str, String> {
     let url = cfg
         .url
         .as_deref()
         .map(str::trim)
         .filter(|u| !u.is_empty())
-        .ok_or("an http server needs a url")?;
+        .ok_or_else(|| format!("an {} server needs a url", kind.as_str()))?;
     match url::Url::parse(url) {
-        Ok(u) if matches!(u.scheme(), "http" | "https") => {}
-        _ => return Err(format!("url {} is not an http(s) URL", display_url(url))),
+        Ok(u) if matches!(u.scheme(), "http" | "https") => Ok(url),
+        _ => Err(format!("url {} is not an http(s) URL", display_url(url))),
     }
+}
+
+/// The configured `headers`, checked.
+fn headers_of(cfg: &McpServerConfig) -> Result<HashMap<HeaderName, HeaderValue>, String> {
     let mut headers = HashMap::new();
     for (k, v) in &cfg.headers {
         let header = HeaderName::from_bytes(k.trim().as_bytes())
@@ -352,24 +348,58 @@ async fn http(
         value.set_sensitive(true);
         headers.insert(header, value);
     }
-    let token = match cfg.oauth.as_ref().filter(|o| o.enabled) {
-        Some(o) => {
-            let source = TokenSource::new(name, o.clone(), cx.http.clone(), redactor.clone())
-                .map_err(|e| format!("OAuth: {e}"))?;
-            // Fetched now so that a bad token endpoint reads as such.
-            source.authorization().await?;
-            Some(Arc::new(source))
-        }
-        None => None,
+    Ok(headers)
+}
+
+/// The server's OAuth token source, with a first token already fetched (so that a bad
+/// token endpoint reads as such).
+async fn token_of(
+    name: &str,
+    cfg: &McpServerConfig,
+    cx: &ConnectContext,
+    redactor: &Redactor,
+) -> Result<Option<Arc<TokenSource>>, String> {
+    let Some(o) = cfg.oauth.as_ref().filter(|o| o.enabled) else {
+        return Ok(None);
     };
+    let source = TokenSource::new(name, o.clone(), cx.http.clone(), redactor.clone())
+        .map_err(|e| format!("OAuth: {e}"))?;
+    source.authorization().await?;
+    Ok(Some(Arc::new(source)))
+}
+
+async fn http(
+    name: &str,
+    cfg: &McpServerConfig,
+    cx: &ConnectContext,
+    redactor: &Redactor,
+) -> Result<RunningService<RoleClient, ClientConfig>, String> {
+    let url = url_of(cfg, TransportKind::Http)?;
+    let headers = headers_of(cfg)?;
     let client = AuthedClient {
         http: cx.http.clone(),
-        token,
+        token: token_of(name, cfg, cx, redactor).await?,
     };
     let transport = StreamableHttpClientTransport::with_client(
         client,
         StreamableHttpClientTransportConfig::with_uri(url).custom_headers(headers),
     );
+    client_config()
+        .serve(transport)
+        .await
+        .map_err(|e| format!("initialization with {} failed: {e}", display_url(url)))
+}
+
+async fn sse(
+    name: &str,
+    cfg: &McpServerConfig,
+    cx: &ConnectContext,
+    redactor: &Redactor,
+) -> Result<RunningService<RoleClient, ClientConfig>, String> {
+    let url = url_of(cfg, TransportKind::Sse)?;
+    let headers: http::HeaderMap = headers_of(cfg)?.into_iter().collect();
+    let token = token_of(name, cfg, cx, redactor).await?;
+    let transport = LegacySse::open(url, cx.http.clone(), headers, token).await?;
     client_config()
         .serve(transport)
         .await

@@ -7,9 +7,10 @@
 //!   environment: only [`STDIO_PASSTHROUGH_ENV`] from Fawn's own plus the server's `env`;
 //!   `cwd` from the server's `cwd` key or [`McpOptions::stdio_cwd`]) and streamable HTTP
 //!   (`http`, `streamable-http`; `headers` sent on every request, OAuth `client_credentials`
-//!   / `refresh_token` tokens injected as `Authorization` and refreshed before expiry).
-//!   `sse` — the legacy HTTP+SSE transport rmcp 3 removed — is refused with a message
-//!   saying what to do instead. `$VAR` values were resolved by the config loader.
+//!   / `refresh_token` tokens injected as `Authorization` and refreshed before expiry), and
+//!   the legacy HTTP+SSE transport (`sse`), which rmcp 3 removed, through a small client of
+//!   our own ([`sse`]) with the same headers and OAuth. `$VAR` values were resolved by the
+//!   config loader.
 //! * **Discovery**: lazy. The first [`McpManager::tools`] connects every enabled server in
 //!   parallel, each bounded by its `session_init_timeout`; a server that fails or hangs is
 //!   skipped with a warning, its error kept for [`McpManager::servers_status`], and retried
@@ -38,6 +39,7 @@
 mod connect;
 mod oauth;
 mod redact;
+mod sse;
 pub(crate) mod tool;
 
 pub use connect::STDIO_PASSTHROUGH_ENV;

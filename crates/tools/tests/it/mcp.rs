@@ -227,18 +227,32 @@ fn http_cfg(url: &str) -> McpServerConfig {
 // ---------------------------------------------------------------------------
 
 /// Writes the child's environment to `$ENV_OUT` when set, then joins stdin/stdout to the
-/// TCP server at `$MCP_PORT`; when stdin closes, it stops the reader and exits.
+/// TCP server at `$MCP_PORT`; when either side closes, it stops both copies and exits.
+/// (A background job's stdin is /dev/null unless redirected, hence fd 4.)
 const BRIDGE: &str = r#"[ -n "$ENV_OUT" ] && env > "$ENV_OUT"
-exec 3<>"/dev/tcp/127.0.0.1/$MCP_PORT" || exit 1
+exec 3<>"/dev/tcp/127.0.0.1/$MCP_PORT" 4<&0 || exit 1
+cat <&4 >&3 &
+up=$!
 cat <&3 &
-cat >&3
-kill $! 2>/dev/null"#;
+down=$!
+wait -n
+kill $up $down 2>/dev/null"#;
 
 struct Bridge {
     port: u16,
     /// Sessions being served right now.
     live: Arc<AtomicUsize>,
     stop: CancellationToken,
+    /// Cancelling it drops the connections of the moment (the server "crashes").
+    kick: Arc<Mutex<CancellationToken>>,
+}
+
+impl Bridge {
+    fn drop_connections(&self) {
+        let mut k = self.kick.lock().unwrap();
+        k.cancel();
+        *k = CancellationToken::new();
+    }
 }
 
 impl Drop for Bridge {
@@ -252,7 +266,8 @@ async fn bridge() -> Bridge {
     let port = listener.local_addr().unwrap().port();
     let live = Arc::new(AtomicUsize::new(0));
     let stop = CancellationToken::new();
-    let (live2, stop2) = (live.clone(), stop.clone());
+    let kick = Arc::new(Mutex::new(CancellationToken::new()));
+    let (live2, stop2, kick2) = (live.clone(), stop.clone(), kick.clone());
     tokio::spawn(async move {
         loop {
             let sock = tokio::select! {
@@ -260,21 +275,29 @@ async fn bridge() -> Bridge {
                 r = listener.accept() => match r { Ok((s, _)) => s, Err(_) => return },
             };
             let live = live2.clone();
-            let stop = stop2.clone();
+            let ct = stop2.child_token();
+            let kick = kick2.lock().unwrap().clone();
             live.fetch_add(1, Ordering::SeqCst);
             tokio::spawn(async move {
                 let (r, w) = sock.into_split();
-                if let Ok(service) = TestServer::new()
-                    .serve_with_ct((r, w), stop.child_token())
-                    .await
-                {
-                    let _ = service.waiting().await;
+                if let Ok(service) = TestServer::new().serve_with_ct((r, w), ct.clone()).await {
+                    // Ends with the connection, or when kicked (dropping the service
+                    // closes the socket).
+                    tokio::select! {
+                        _ = kick.cancelled() => {}
+                        _ = service.waiting() => {}
+                    }
                 }
                 live.fetch_sub(1, Ordering::SeqCst);
             });
         }
     });
-    Bridge { port, live, stop }
+    Bridge {
+        port,
+        live,
+        stop,
+        kick,
+    }
 }
 
 fn bash_cfg(script: &str, env: &[(&str, &str)]) -> McpServerConfig {
@@ -294,6 +317,142 @@ fn bash_cfg(script: &str, env: &[(&str, &str)]) -> McpServerConfig {
 
 fn stdio_cfg(bridge: &Bridge) -> McpServerConfig {
     bash_cfg(BRIDGE, &[("MCP_PORT", &bridge.port.to_string())])
+}
+
+// ---------------------------------------------------------------------------
+// Legacy HTTP+SSE (MCP 2024-11-05): the framing written here, the MCP server is rmcp's
+// ---------------------------------------------------------------------------
+
+type SseWriter = Arc<tokio::sync::Mutex<tokio::io::WriteHalf<tokio::io::DuplexStream>>>;
+
+#[derive(Default)]
+struct SseState {
+    sessions: Mutex<HashMap<String, SseWriter>>,
+    /// (method, X-Api-Key) of every request.
+    seen: Arc<Mutex<Vec<(String, String)>>>,
+    live: Arc<AtomicUsize>,
+}
+
+struct SseServer {
+    base: String,
+    seen: Arc<Mutex<Vec<(String, String)>>>,
+    live: Arc<AtomicUsize>,
+    stop: CancellationToken,
+}
+
+impl Drop for SseServer {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+fn api_key(headers: &http::HeaderMap) -> String {
+    headers
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Decrements the live count when the stream is dropped (the client went away).
+struct LiveGuard(Arc<AtomicUsize>);
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+async fn sse_stream(
+    axum::extract::State(state): axum::extract::State<Arc<SseState>>,
+    headers: http::HeaderMap,
+) -> axum::response::sse::Sse<
+    impl futures::Stream<Item = Result<axum::response::sse::Event, std::convert::Infallible>>,
+> {
+    use axum::response::sse::Event;
+    use futures::StreamExt;
+    use tokio::io::AsyncBufReadExt;
+    state
+        .seen
+        .lock()
+        .unwrap()
+        .push(("GET".into(), api_key(&headers)));
+    let id = format!("s{}", state.sessions.lock().unwrap().len() + 1);
+    let (client_side, server_side) = tokio::io::duplex(64 * 1024);
+    let (from_server, to_server) = tokio::io::split(client_side);
+    state
+        .sessions
+        .lock()
+        .unwrap()
+        .insert(id.clone(), Arc::new(tokio::sync::Mutex::new(to_server)));
+    tokio::spawn(async move {
+        if let Ok(service) = TestServer::new().serve(tokio::io::split(server_side)).await {
+            let _ = service.waiting().await;
+        }
+    });
+    state.live.fetch_add(1, Ordering::SeqCst);
+    let guard = LiveGuard(state.live.clone());
+    let endpoint = Event::default()
+        .event("endpoint")
+        .data(format!("/messages?session_id={id}"));
+    let lines = tokio::io::BufReader::new(from_server).lines();
+    let messages = futures::stream::unfold((lines, guard), |(mut lines, guard)| async move {
+        let line = lines.next_line().await.ok().flatten()?;
+        Some((
+            Ok(Event::default().event("message").data(line)),
+            (lines, guard),
+        ))
+    });
+    axum::response::sse::Sse::new(futures::stream::once(async { Ok(endpoint) }).chain(messages))
+}
+
+async fn sse_post(
+    axum::extract::State(state): axum::extract::State<Arc<SseState>>,
+    axum::extract::Query(q): axum::extract::Query<HashMap<String, String>>,
+    headers: http::HeaderMap,
+    body: String,
+) -> http::StatusCode {
+    use tokio::io::AsyncWriteExt;
+    state
+        .seen
+        .lock()
+        .unwrap()
+        .push(("POST".into(), api_key(&headers)));
+    let writer = q
+        .get("session_id")
+        .and_then(|id| state.sessions.lock().unwrap().get(id).cloned());
+    let Some(writer) = writer else {
+        return http::StatusCode::NOT_FOUND;
+    };
+    let mut w = writer.lock().await;
+    let line = format!("{}\n", body.trim());
+    if w.write_all(line.as_bytes()).await.is_err() {
+        return http::StatusCode::GONE;
+    }
+    http::StatusCode::ACCEPTED
+}
+
+async fn sse_server() -> SseServer {
+    let state = Arc::new(SseState::default());
+    let router = axum::Router::new()
+        .route("/sse", axum::routing::get(sse_stream))
+        .route("/messages", axum::routing::post(sse_post))
+        .with_state(state.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = CancellationToken::new();
+    let token = stop.clone();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router)
+            .with_graceful_shutdown(async move { token.cancelled_owned().await })
+            .await;
+    });
+    SseServer {
+        base: format!("http://{addr}"),
+        seen: state.seen.clone(),
+        live: state.live.clone(),
+        stop,
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -654,10 +813,59 @@ async fn stdio_env_is_scrubbed_and_cwd_configurable() {
 }
 
 #[tokio::test]
-async fn sse_is_refused_and_unknown_types_are_errors() {
+async fn legacy_sse_server_lists_and_calls_tools() {
+    let s = sse_server().await;
+    let m = manager(vec![(
+        "legacy",
+        McpServerConfig {
+            kind: Some("sse".into()),
+            url: Some(format!("{}/sse", s.base)),
+            headers: BTreeMap::from([("X-Api-Key".to_string(), "sse-key-1234".to_string())]),
+            session_init_timeout: 10.0,
+            tool_call_timeout: 10.0,
+            ..Default::default()
+        },
+    )]);
+    let tools = tools(&m).await;
+    assert_eq!(names(&tools), prefixed("legacy"));
+    let out = call(&find(&tools, "legacy_echo"), json!({"text": "old school"}))
+        .await
+        .unwrap();
+    assert_eq!(text(&out), "echo: old school");
+    let out = call(&find(&tools, "legacy_fail"), json!({})).await.unwrap();
+    assert_eq!(out.status, ToolStatus::Error);
+
+    let st = status_of(&m, "legacy").await;
+    assert_eq!(
+        (st.transport.as_str(), st.state),
+        ("sse", McpServerState::Connected)
+    );
+    // The configured header went with the stream and with every message.
+    let seen = s.seen.lock().unwrap().clone();
+    assert!(seen.iter().any(|(m, _)| m == "GET"), "{seen:?}");
+    assert!(
+        seen.iter().filter(|(m, _)| m == "POST").count() >= 3,
+        "{seen:?}"
+    );
+    assert!(
+        seen.iter().all(|(_, key)| key == "sse-key-1234"),
+        "{seen:?}"
+    );
+
+    // Closing the session ends the server side of the stream.
+    m.reset().await;
+    eventually("the SSE session to close", || async {
+        s.live.load(Ordering::SeqCst) == 0
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn sse_and_unknown_type_failures_are_clear() {
     let s = http_server(None).await;
     let m = manager(vec![
         (
+            // Not a legacy-SSE endpoint.
             "legacy",
             McpServerConfig {
                 kind: Some("sse".into()),
@@ -680,12 +888,10 @@ async fn sse_is_refused_and_unknown_types_are_errors() {
     let legacy = status_of(&m, "legacy").await;
     assert_eq!(legacy.transport, "sse");
     assert_eq!(legacy.state, McpServerState::Failed);
-    let err = legacy.error.unwrap();
-    assert!(
-        err.starts_with("type \"sse\" (the legacy HTTP+SSE transport) is not supported"),
-        "{err}"
+    assert_eq!(
+        legacy.error.as_deref(),
+        Some(format!("GET {}/sse answered HTTP 404 Not Found", s.base).as_str())
     );
-    assert!(err.contains("\"type\": \"http\""), "{err}");
 
     let odd = status_of(&m, "odd").await;
     assert_eq!(odd.transport, "websocket");
@@ -967,4 +1173,83 @@ async fn reset_reconnects_on_next_use() {
         .await
         .unwrap();
     assert_eq!(text(&out), "echo: y");
+}
+
+/// True when process `pid` is gone (or a zombie nobody reaped yet).
+fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+#[tokio::test]
+async fn a_timed_out_stdio_server_is_killed_with_its_children() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("child.pid");
+    let m = manager(vec![(
+        "tree",
+        McpServerConfig {
+            session_init_timeout: 0.5,
+            ..bash_cfg(
+                r#"sleep 300 & echo $! > "$PID_FILE"; wait"#,
+                &[("PID_FILE", pid_file.to_str().unwrap())],
+            )
+        },
+    )]);
+    assert!(tools(&m).await.is_empty());
+    assert_eq!(status_of(&m, "tree").await.state, McpServerState::Failed);
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // The grandchild `sleep` goes with its process group.
+    eventually("the server's child process to be killed", || async {
+        process_gone(pid)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_lost_session_fails_calls_cleanly_and_reconnects() {
+    let b = bridge().await;
+    let m = manager(vec![("flaky", stdio_cfg(&b))]);
+    let before = tools(&m).await;
+    assert_eq!(b.live.load(Ordering::SeqCst), 1);
+
+    b.drop_connections();
+    eventually("the server side to drop", || async {
+        b.live.load(Ordering::SeqCst) == 0
+    })
+    .await;
+    // The bridge exits, the client sees its stdout close.
+    let echo = find(&before, "flaky_echo");
+    let mut last = None;
+    for _ in 0..100 {
+        let r = call(&echo, json!({"text": "x"})).await;
+        if r.is_err() {
+            last = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let Some(Err(ToolError::Failed(err))) = last else {
+        panic!("calls on a lost session must fail, got {last:?}")
+    };
+    assert!(err.contains("MCP tool 'echo' of server 'flaky'"), "{err}");
+
+    // The next runs reconnect in the background.
+    eventually("the session to be re-established", || async {
+        !tools(&m).await.is_empty()
+    })
+    .await;
+    assert_eq!(b.live.load(Ordering::SeqCst), 1);
+    let t = tools(&m).await;
+    let out = call(&find(&t, "flaky_echo"), json!({"text": "back"}))
+        .await
+        .unwrap();
+    assert_eq!(text(&out), "echo: back");
 }
