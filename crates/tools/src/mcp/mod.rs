@@ -9,7 +9,7 @@
 //!   (`http`, `streamable-http`; `headers` sent on every request, OAuth `client_credentials`
 //!   / `refresh_token` tokens injected as `Authorization` and refreshed before expiry), and
 //!   the legacy HTTP+SSE transport (`sse`), which rmcp 3 removed, through a small client of
-//!   our own ([`sse`]) with the same headers and OAuth. `$VAR` values were resolved by the
+//!   our own (module `sse`) with the same headers and OAuth. `$VAR` values were resolved by the
 //!   config loader.
 //! * **Discovery**: lazy. The first [`McpManager::tools`] connects every enabled server in
 //!   parallel, each bounded by its `session_init_timeout`; a server that fails or hangs is
@@ -17,9 +17,10 @@
 //!   in the background (after [`McpOptions::retry_after`]) without holding up runs. A session
 //!   whose server went away is reconnected the same way.
 //! * **Tools**: `<server>_<tool>` (or the bare tool name with `tool_name_prefix: false`),
-//!   characters outside `[A-Za-z0-9_-]` replaced by `_`; the server's description and input
+//!   characters outside `[A-Za-z0-9_-]` replaced by `_`, cut at 64 characters (a name taken
+//!   by an earlier server is skipped with a warning); the server's description and input
 //!   schema; calls bounded by `tool_call_timeout`. Failures, timeouts and MCP `isError`
-//!   results become error ToolMessages, never a failed run (see [`tool`] for how results
+//!   results become error ToolMessages, never a failed run (module `tool` says how results
 //!   become content).
 //! * **Reload**: when built with the extensions file's path, every [`McpManager::tools`]
 //!   re-reads it (a few KB) and compares its SHA-256 with the last one loaded; on change the
@@ -98,6 +99,8 @@ pub struct McpServerStatus {
     pub enabled: bool,
     /// `stdio`, `http` or `sse` (or the unknown value given).
     pub transport: String,
+    /// The configured `description`.
+    pub description: Option<String>,
     pub state: McpServerState,
     /// Names of its tools as the model sees them (when connected).
     pub tools: Vec<String>,
@@ -233,7 +236,7 @@ impl McpManager {
         let pending = waits.into_iter().map(|(name, cfg, cell)| {
             let inner = self.inner.clone();
             async move {
-                cell.get_or_init(|| attempt(inner, name, cfg)).await;
+                cell.get_or_init(|| attempt(inner, name, cfg, None)).await;
             }
         });
         futures::future::join_all(pending).await;
@@ -279,6 +282,7 @@ impl McpManager {
                     name: name.clone(),
                     enabled: cfg.enabled,
                     transport,
+                    description: cfg.description.clone(),
                     state: McpServerState::Pending,
                     tools: Vec::new(),
                     error: None,
@@ -424,7 +428,8 @@ impl McpManager {
         });
         let mut waits = Vec::new();
         for (name, cfg) in servers.iter().filter(|(_, c)| c.enabled) {
-            let retry = match slots.get(name).map(|s| s.cell.get()) {
+            // The error of the failed attempt being retried.
+            let previous = match slots.get(name).map(|s| s.cell.get()) {
                 None => {
                     let slot = Slot::new(cfg.clone(), false);
                     waits.push((name.clone(), cfg.clone(), slot.cell.clone()));
@@ -443,30 +448,38 @@ impl McpManager {
                         continue;
                     }
                     tracing::warn!(server = %name, "MCP session lost; reconnecting");
-                    true
+                    None
                 }
-                Some(Some(Outcome::Failed { at, .. })) => {
-                    at.elapsed() >= self.inner.options.retry_after
+                Some(Some(Outcome::Failed { at, error })) => {
+                    if at.elapsed() < self.inner.options.retry_after {
+                        continue;
+                    }
+                    Some(error.clone())
                 }
             };
-            if retry {
-                // In the background: runs do not wait for a server that already failed.
-                let slot = Slot::new(cfg.clone(), true);
-                let cell = slot.cell.clone();
-                let inner = self.inner.clone();
-                let (name2, cfg2) = (name.clone(), cfg.clone());
-                tokio::spawn(async move {
-                    cell.get_or_init(|| attempt(inner, name2, cfg2)).await;
-                });
-                slots.insert(name.clone(), slot);
-            }
+            // In the background: runs do not wait for a server that already failed.
+            let slot = Slot::new(cfg.clone(), true);
+            let cell = slot.cell.clone();
+            let inner = self.inner.clone();
+            let (name2, cfg2) = (name.clone(), cfg.clone());
+            tokio::spawn(async move {
+                cell.get_or_init(|| attempt(inner, name2, cfg2, previous))
+                    .await;
+            });
+            slots.insert(name.clone(), slot);
         }
         waits
     }
 }
 
-/// One connection attempt, logged, as an [`Outcome`].
-async fn attempt(inner: Arc<Inner>, name: String, cfg: McpServerConfig) -> Outcome {
+/// One connection attempt, logged, as an [`Outcome`]. A retry failing the way the previous
+/// attempt did (`previous`) is logged at debug level only.
+async fn attempt(
+    inner: Arc<Inner>,
+    name: String,
+    cfg: McpServerConfig,
+    previous: Option<String>,
+) -> Outcome {
     let started = Instant::now();
     match connect::connect(&name, &cfg, &inner.connect).await {
         Ok(Connected { session, tools }) => {
@@ -483,7 +496,11 @@ async fn attempt(inner: Arc<Inner>, name: String, cfg: McpServerConfig) -> Outco
             }
         }
         Err(error) => {
-            tracing::warn!(server = %name, "MCP server skipped: {error}");
+            if previous.as_deref() == Some(error.as_str()) {
+                tracing::debug!(server = %name, "MCP server still failing: {error}");
+            } else {
+                tracing::warn!(server = %name, "MCP server skipped: {error}");
+            }
             Outcome::Failed {
                 error,
                 at: Instant::now(),

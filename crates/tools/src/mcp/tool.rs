@@ -28,9 +28,14 @@ pub(crate) struct McpTool {
     pub call_timeout: Duration,
 }
 
-/// Characters a provider accepts in a tool name; anything else becomes `_`.
+/// Longest tool name providers accept (OpenAI: 64); longer names are cut.
+pub(crate) const MAX_TOOL_NAME: usize = 64;
+
+/// A tool name providers accept: characters outside `[A-Za-z0-9_-]` become `_`, and the
+/// name is cut at [`MAX_TOOL_NAME`] (a name the provider rejects would fail every run).
 pub(crate) fn sanitize_name(name: &str) -> String {
     name.chars()
+        .take(MAX_TOOL_NAME)
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
                 c
@@ -231,6 +236,7 @@ mod tests {
     fn names_and_schemas() {
         assert_eq!(sanitize_name("git.hub/search tool"), "git_hub_search_tool");
         assert_eq!(sanitize_name("ok_name-1"), "ok_name-1");
+        assert_eq!(sanitize_name(&"x".repeat(80)).len(), MAX_TOOL_NAME);
         let p = parameters_of(&Map::new());
         assert_eq!(p, json!({"type": "object", "properties": {}}));
         let Value::Object(s) = json!({"$schema": "x", "type": "object",

@@ -157,7 +157,18 @@ async fn check_auth(
 struct HttpServer {
     /// `http://127.0.0.1:PORT`
     base: String,
+    /// The `X-Api-Key` of every request to `/mcp` ("" when absent).
+    keys: Arc<Mutex<Vec<String>>>,
     stop: CancellationToken,
+}
+
+async fn record_key(
+    axum::extract::State(keys): axum::extract::State<Arc<Mutex<Vec<String>>>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    keys.lock().unwrap().push(api_key(req.headers()));
+    next.run(req).await
 }
 
 impl HttpServer {
@@ -182,7 +193,10 @@ async fn http_server_on(
         .with_cancellation_token(stop.child_token());
     let service: StreamableHttpService<TestServer, LocalSessionManager> =
         StreamableHttpService::new(|| Ok(TestServer::new()), Default::default(), config);
-    let mut router = axum::Router::new().nest_service("/mcp", service);
+    let keys = Arc::new(Mutex::new(Vec::new()));
+    let mut router = axum::Router::new().nest_service("/mcp", service).layer(
+        axum::middleware::from_fn_with_state(keys.clone(), record_key),
+    );
     if let Some(oauth) = oauth {
         router = router
             .layer(axum::middleware::from_fn_with_state(
@@ -203,6 +217,7 @@ async fn http_server_on(
     });
     HttpServer {
         base: format!("http://{addr}"),
+        keys,
         stop,
     }
 }
@@ -633,6 +648,10 @@ async fn http_server_lists_and_calls_tools_without_prefix() {
         .unwrap();
     assert_eq!(text(&out), "echo: over http");
     assert_eq!(status_of(&m, "remote").await.transport, "http");
+    // The configured header went with every request.
+    let keys = s.keys.lock().unwrap().clone();
+    assert!(keys.len() >= 3, "{keys:?}");
+    assert!(keys.iter().all(|k| k == "k-123456"), "{keys:?}");
 }
 
 #[tokio::test]
