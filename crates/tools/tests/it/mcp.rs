@@ -1144,6 +1144,12 @@ async fn config_file_changes_take_effect_on_the_next_call() {
         ),
         "echo: new"
     );
+    // `$API_KEY` was resolved from the loader's environment.
+    let keys = s.keys.lock().unwrap().clone();
+    assert!(
+        !keys.is_empty() && keys.iter().all(|k| k == "key-from-env"),
+        "{keys:?}"
+    );
     // The stale stdio session was closed.
     eventually("the old stdio session to close", || async {
         b.live.load(Ordering::SeqCst) == 0
