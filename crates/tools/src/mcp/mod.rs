@@ -154,6 +154,8 @@ struct State {
     loaded: bool,
     config_error: Option<String>,
     slots: BTreeMap<String, Slot>,
+    /// `(server, tool)` pairs already warned about as duplicates.
+    duplicates_warned: HashSet<(String, String)>,
 }
 
 struct Inner {
@@ -241,17 +243,22 @@ impl McpManager {
         });
         futures::future::join_all(pending).await;
 
-        let st = self.inner.state.lock().await;
+        let mut st = self.inner.state.lock().await;
+        let State {
+            slots,
+            duplicates_warned,
+            ..
+        } = &mut *st;
         let mut seen = HashSet::new();
         let mut out: Vec<Arc<dyn Tool>> = Vec::new();
-        for (name, slot) in &st.slots {
+        for (name, slot) in slots.iter() {
             let Some(Outcome::Ready { tools, .. }) = slot.cell.get() else {
                 continue;
             };
             for t in tools {
                 if seen.insert(t.name().to_string()) {
                     out.push(t.clone());
-                } else {
+                } else if duplicates_warned.insert((name.clone(), t.name().to_string())) {
                     tracing::warn!(
                         server = %name,
                         tool = %t.name(),

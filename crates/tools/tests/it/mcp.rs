@@ -1278,3 +1278,17 @@ async fn a_lost_session_fails_calls_cleanly_and_reconnects() {
         .unwrap();
     assert_eq!(text(&out), "echo: back");
 }
+
+#[tokio::test]
+async fn a_tool_name_taken_by_an_earlier_server_is_skipped() {
+    let s = http_server(None).await;
+    let unprefixed = McpServerConfig {
+        tool_name_prefix: false,
+        ..http_cfg(&s.url())
+    };
+    let m = manager(vec![("a", unprefixed.clone()), ("b", unprefixed)]);
+    let tools = tools(&m).await;
+    // One `echo`, `fail`, … — from server `a` (servers are taken in name order).
+    assert_eq!(names(&tools), SERVER_TOOLS.to_vec());
+    assert_eq!(status_of(&m, "b").await.state, McpServerState::Connected);
+}
