@@ -5,8 +5,8 @@
 //! `ask_clarification`, `write_todos`, `task`), web search/fetch, skills and MCP. Must never know
 //! about HTTP routes, storage or the middleware chain; tools see only a `ToolContext`.
 
-pub mod args;
 pub mod mcp;
+pub mod args;
 
 use async_trait::async_trait;
 use fawn_config::Settings;
