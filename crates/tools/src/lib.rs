@@ -5,6 +5,9 @@
 //! `ask_clarification`, `write_todos`, `task`), web search/fetch, skills and MCP. Must never know
 //! about HTTP routes, storage or the middleware chain; tools see only a `ToolContext`.
 
+/// MCP servers as tools.
+pub mod mcp;
+
 pub mod args;
 
 use async_trait::async_trait;
