@@ -12,6 +12,7 @@
 mod keypath;
 mod loader;
 mod options;
+mod redact;
 mod source;
 mod typed;
 pub mod types;
