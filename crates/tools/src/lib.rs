@@ -7,6 +7,8 @@
 
 pub mod args;
 pub mod builtins;
+pub mod registry;
+pub mod skills;
 pub mod web;
 
 use async_trait::async_trait;
