@@ -64,8 +64,8 @@ pub fn tokenize(html: &str) -> Vec<Token> {
         if text_start < i {
             out.push(Token::Text(decode_entities(&html[text_start..i])));
         }
-        if rest.starts_with("<!--") {
-            i = match rest[4..].find("-->") {
+        if let Some(comment) = rest.strip_prefix("<!--") {
+            i = match comment.find("-->") {
                 Some(p) => i + 4 + p + 3,
                 None => b.len(),
             };

@@ -1,0 +1,8 @@
+//! Integration tests of the tools crate (one binary, one module per area).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod builtins;
+mod registry;
+mod skills;
+mod support;
+mod web;
