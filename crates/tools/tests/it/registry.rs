@@ -124,7 +124,7 @@ tools:
     );
     assert!(
         shown[1].starts_with(
-            "tools[1].use: unknown tool 'deerflow.community.firecrawl.tools:web_fetch_tool' (a DeerFlow tool Fawn does not implement); supported: "
+            "tools[1].use: unknown tool 'deerflow.community.firecrawl.tools:web_fetch_tool' (not a DeerFlow tool Fawn implements); supported: "
         ),
         "{}",
         shown[1]
