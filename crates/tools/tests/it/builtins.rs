@@ -22,7 +22,7 @@ const JPEG: &[u8] = b"\xff\xd8\xff\xe0\0\x10JFIF\0";
 
 #[tokio::test]
 async fn present_files_outside_outputs_is_refused_and_changes_nothing() {
-    let h = Harness::new();
+    let h = Harness::new().await;
     let out = PresentFilesTool::new()
         .call(
             args(json!({"filepaths": ["/mnt/user-data/workspace/x.md"]})),
@@ -51,7 +51,7 @@ async fn present_files_outside_outputs_is_refused_and_changes_nothing() {
 
 #[tokio::test]
 async fn present_files_records_artifacts_from_virtual_and_host_paths() {
-    let h = Harness::new();
+    let h = Harness::new().await;
     let host = h.paths.outputs.join("charts").join("a.png");
     let out = PresentFilesTool::new()
         .call(
@@ -78,7 +78,7 @@ async fn present_files_records_artifacts_from_virtual_and_host_paths() {
 
 #[tokio::test]
 async fn present_files_bad_arguments_are_tool_errors() {
-    let h = Harness::new();
+    let h = Harness::new().await;
     let t = PresentFilesTool::new();
     let e = t.call(args(json!({})), &h.ctx).await.unwrap_err();
     assert!(
@@ -111,7 +111,7 @@ async fn view(h: &Harness, path: &str) -> fawn_tools::ToolOutput {
 
 #[tokio::test]
 async fn view_image_png_with_jpeg_bytes_is_refused() {
-    let h = Harness::new();
+    let h = Harness::new().await;
     h.write("uploads/photo.png", JPEG);
     let out = view(&h, "/mnt/user-data/uploads/photo.png").await;
     assert_eq!(
@@ -124,7 +124,7 @@ async fn view_image_png_with_jpeg_bytes_is_refused() {
 
 #[tokio::test]
 async fn view_image_rejects_formats_roots_and_junk() {
-    let h = Harness::new();
+    let h = Harness::new().await;
     h.write("workspace/a.bmp", b"BM\0\0");
     let out = view(&h, "/mnt/user-data/workspace/a.bmp").await;
     assert_eq!(
@@ -163,7 +163,7 @@ async fn view_image_rejects_formats_roots_and_junk() {
 
 #[tokio::test]
 async fn view_image_too_large_is_refused() {
-    let h = Harness::new();
+    let h = Harness::new().await;
     let mut big = PNG.to_vec();
     big.resize(20 * 1024 * 1024 + 1, 0);
     h.write("uploads/big.png", &big);
@@ -179,7 +179,7 @@ async fn view_image_too_large_is_refused() {
 
 #[tokio::test]
 async fn view_image_records_viewed_images_without_host_paths() {
-    let h = Harness::new();
+    let h = Harness::new().await;
     h.write("workspace/charts/c.PNG", PNG);
     let out = view(&h, "/mnt/user-data/workspace/charts/./c.PNG").await;
     assert_eq!(text(&out), "Successfully read image");
@@ -202,7 +202,7 @@ async fn view_image_records_viewed_images_without_host_paths() {
 
 #[tokio::test]
 async fn view_image_wrong_argument_type() {
-    let h = Harness::new();
+    let h = Harness::new().await;
     let e = ViewImageTool::new()
         .call(args(json!({"image_path": 7})), &h.ctx)
         .await
@@ -214,7 +214,7 @@ async fn view_image_wrong_argument_type() {
 
 #[tokio::test]
 async fn ask_clarification_is_return_direct_and_ends_the_run() {
-    let h = Harness::new();
+    let h = Harness::new().await;
     let t = AskClarificationTool::new();
     assert!(t.return_direct());
     let out = t
@@ -255,7 +255,7 @@ async fn ask_clarification_is_return_direct_and_ends_the_run() {
 
 #[tokio::test]
 async fn write_todos_replaces_the_list() {
-    let h = Harness::new();
+    let h = Harness::new().await;
     let out = WriteTodosTool::new()
         .call(
             args(json!({"todos": [
@@ -393,7 +393,7 @@ async fn task_streams_events_and_reports_success() {
         outcome(SubagentStatus::Completed, "The answer is 42.", None),
         vec![ai_call, tool_msg, ai("The answer is 42.", (4, 2))],
     );
-    let h = Harness::with_runner(Some(runner.clone()));
+    let h = Harness::with_runner(Some(runner.clone())).await;
     let out = run_task(&h, &runner).await;
 
     assert_eq!(text(&out), "Task Succeeded. Result: The answer is 42.");
@@ -475,7 +475,7 @@ async fn task_failure_statuses() {
     ];
     for (o, want_text, want_event, want_status) in cases {
         let runner = FakeRunner::new(o, vec![]);
-        let h = Harness::with_runner(Some(runner.clone()));
+        let h = Harness::with_runner(Some(runner.clone())).await;
         let out = run_task(&h, &runner).await;
         assert_eq!(text(&out), want_text);
         assert_eq!(out.status, ToolStatus::Error);
@@ -492,7 +492,7 @@ async fn task_failure_statuses() {
     let mut capped = outcome(SubagentStatus::Completed, "partial", None);
     capped.stop_reason = Some("token_capped".into());
     let runner = FakeRunner::new(capped, vec![]);
-    let h = Harness::with_runner(Some(runner.clone()));
+    let h = Harness::with_runner(Some(runner.clone())).await;
     let out = run_task(&h, &runner).await;
     assert_eq!(
         text(&out),
@@ -508,7 +508,7 @@ async fn task_failure_statuses() {
 async fn task_long_result_brief_is_bounded() {
     let long = "x".repeat(5000);
     let runner = FakeRunner::new(outcome(SubagentStatus::Completed, &long, None), vec![]);
-    let h = Harness::with_runner(Some(runner.clone()));
+    let h = Harness::with_runner(Some(runner.clone())).await;
     let out = run_task(&h, &runner).await;
     assert_eq!(text(&out), format!("Task Succeeded. Result: {long}"));
     let brief = out.additional_kwargs["subagent_result_brief"]
@@ -521,7 +521,7 @@ async fn task_long_result_brief_is_bounded() {
 #[tokio::test]
 async fn task_unknown_subagent_type_and_no_runner() {
     let runner = FakeRunner::new(outcome(SubagentStatus::Completed, "x", None), vec![]);
-    let h = Harness::with_runner(Some(runner.clone()));
+    let h = Harness::with_runner(Some(runner.clone())).await;
     let out = TaskTool::new(&runner.available())
         .call(
             args(json!({"description": "d", "prompt": "p", "subagent_type": "wizard"})),
@@ -538,7 +538,7 @@ async fn task_unknown_subagent_type_and_no_runner() {
     assert!(runner.seen.lock().unwrap().is_empty());
     assert!(h.custom_events().is_empty(), "no events for a refused task");
 
-    let h = Harness::new();
+    let h = Harness::new().await;
     let out = TaskTool::new(&[])
         .call(
             args(json!({"description": "d", "prompt": "p", "subagent_type": "bash"})),
@@ -563,7 +563,7 @@ async fn task_cancellation_reaches_the_runner() {
         wait_for_cancel: true,
         seen: Mutex::new(Vec::new()),
     });
-    let h = Harness::with_runner(Some(runner.clone()));
+    let h = Harness::with_runner(Some(runner.clone())).await;
     let cancel = h.ctx.cancel.clone();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -3,6 +3,7 @@
 
 mod builtins;
 mod registry;
+mod sandboxed;
 mod skills;
 mod support;
 mod web;

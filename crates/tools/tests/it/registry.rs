@@ -190,7 +190,7 @@ tools:
     );
     let reg = ToolRegistry::from_settings(&s).unwrap();
     let tools = reg.assemble(&ToolSetup::default());
-    let h = Harness::new();
+    let h = Harness::new().await;
     let search = tools.iter().find(|t| t.name() == "web_search").unwrap();
     let out = search
         .call(args(json!({"query": "q"})), &h.ctx)
@@ -216,7 +216,7 @@ async fn the_web_section_turns_the_guard_on_by_default() {
         dir.path(),
     );
     let reg = ToolRegistry::from_settings(&s).unwrap();
-    let h = Harness::new();
+    let h = Harness::new().await;
     let out = reg.configured()[0]
         .tool
         .call(args(json!({"url": "http://127.0.0.1:9/"})), &h.ctx)

@@ -36,7 +36,7 @@ fn direct(policy: SsrfPolicy, opts: WebToolOptions) -> WebFetchTool {
 }
 
 async fn fetch(tool: &WebFetchTool, url: &str) -> fawn_tools::ToolOutput {
-    let h = Harness::new();
+    let h = Harness::new().await;
     tool.call(args(json!({ "url": url })), &h.ctx)
         .await
         .unwrap()
@@ -214,7 +214,7 @@ async fn direct_fetch_errors_are_tool_messages() {
         text(&out)
     );
 
-    let h = Harness::new();
+    let h = Harness::new().await;
     let e = tool
         .call(args(json!({"url": ["http://x"]})), &h.ctx)
         .await
@@ -499,7 +499,7 @@ fn tavily(addr: SocketAddr, key: &str, max: Option<u64>) -> WebSearchTool {
 #[tokio::test]
 async fn tavily_search_returns_title_url_snippet() {
     let (addr, seen) = tavily_search_stub().await;
-    let h = Harness::new();
+    let h = Harness::new().await;
     let out = tavily(addr, "tv-key", None)
         .call(args(json!({"query": "rust web", "max_results": 2})), &h.ctx)
         .await
@@ -560,7 +560,7 @@ async fn tavily_without_a_key_says_how_to_fix_it() {
         },
     )
     .unwrap();
-    let h = Harness::new();
+    let h = Harness::new().await;
     let out = tool
         .call(args(json!({"query": "q"})), &h.ctx)
         .await
@@ -609,7 +609,7 @@ async fn duckduckgo_search_parses_the_html_page() {
         },
     )
     .unwrap();
-    let h = Harness::new();
+    let h = Harness::new().await;
     let out = tool
         .call(args(json!({"query": "fawn & deer"})), &h.ctx)
         .await
@@ -632,6 +632,11 @@ async fn searxng_search_and_empty_results() {
         if q.get("q").map(String::as_str) == Some("nothing") {
             return Json(json!({"results": []}));
         }
+        if q.get("q").map(String::as_str) == Some("long") {
+            return Json(json!({"results": [
+                {"title": "t".repeat(1000), "url": "https://l.example/", "content": "y".repeat(50_000)}
+            ]}));
+        }
         Json(json!({"results": [
             {"title": "  Spaced   title ", "url": "https://s.example/", "content": "c"}
         ]}))
@@ -646,7 +651,7 @@ async fn searxng_search_and_empty_results() {
         },
     )
     .unwrap();
-    let h = Harness::new();
+    let h = Harness::new().await;
     let out = tool
         .call(args(json!({"query": "x"})), &h.ctx)
         .await
@@ -661,6 +666,15 @@ async fn searxng_search_and_empty_results() {
         .await
         .unwrap();
     assert_eq!(text(&out), "No results found for query: nothing");
+
+    // Huge provider fields are bounded.
+    let out = tool
+        .call(args(json!({"query": "long"})), &h.ctx)
+        .await
+        .unwrap();
+    let v: Value = serde_json::from_str(&text(&out)).unwrap();
+    assert_eq!(v[0]["snippet"].as_str().unwrap().len(), 1000);
+    assert_eq!(v[0]["title"].as_str().unwrap().len(), 300);
 }
 
 #[tokio::test]
@@ -680,7 +694,7 @@ async fn search_times_out() {
         },
     )
     .unwrap();
-    let h = Harness::new();
+    let h = Harness::new().await;
     let out = tool
         .call(args(json!({"query": "x"})), &h.ctx)
         .await
@@ -698,7 +712,7 @@ async fn search_times_out() {
 async fn cancelled_fetch_returns_promptly() {
     let addr = redirector().await;
     let tool = direct(open_policy(), WebToolOptions::default());
-    let h = Harness::new();
+    let h = Harness::new().await;
     let cancel = h.ctx.cancel.clone();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(100)).await;
