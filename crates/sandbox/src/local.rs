@@ -261,7 +261,12 @@ impl LocalSandboxProvider {
                     settings.app.skills.container_path
                 ))
             })?;
-        for r in RESERVED_VIRTUAL.iter().chain([&VIRTUAL_USER_DATA, &"/"]) {
+        if skills_root == "/" {
+            return Err(SandboxError::Invalid(
+                "skills.container_path cannot be /".into(),
+            ));
+        }
+        for r in RESERVED_VIRTUAL.iter().chain([&VIRTUAL_USER_DATA]) {
             if overlaps(&skills_root, r) {
                 return Err(SandboxError::Invalid(format!(
                     "skills.container_path {skills_root} overlaps {r}"
