@@ -326,7 +326,7 @@ const VOID: [&str; 14] = [
     "track", "wbr",
 ];
 
-const BLOCK: [&str; 22] = [
+const BLOCK: [&str; 19] = [
     "p",
     "div",
     "section",
@@ -342,9 +342,6 @@ const BLOCK: [&str; 22] = [
     "dt",
     "dd",
     "table",
-    "thead",
-    "tbody",
-    "tfoot",
     "center",
     "ul",
     "ol",
