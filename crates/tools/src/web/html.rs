@@ -843,6 +843,12 @@ let b = 2;</pre>
     }
 
     #[test]
+    fn table_sections_keep_rows_together() {
+        let html = "<table><thead><tr><th>N</th><th>V</th></tr></thead><tbody><tr><td>a</td><td>1</td></tr></tbody></table>";
+        assert_eq!(to_markdown(html, None).markdown, "N | V\na | 1");
+    }
+
+    #[test]
     fn prefers_main_content() {
         let html =
             "<body><div>menu stuff</div><main><p>the article</p></main><div>more</div></body>";
