@@ -1,0 +1,4 @@
+//! Integration tests of the tools crate (one binary, one module per area).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod sandbox_tools;
