@@ -698,9 +698,15 @@ impl LocalSandbox {
         // Parents before children, so each bind lands on an existing directory.
         binds.sort_by(|a, b| a.dest.cmp(&b.dest));
         let host_command = mask::rewrite_command(command, &roots);
+        let mut host_allowed = vec![
+            VIRTUAL_USER_DATA.to_string(),
+            self.shared.skills_root.clone(),
+        ];
+        host_allowed.extend(self.shared.custom.iter().map(|m| m.virtual_root.clone()));
         Ok(Job {
             command: command.to_string(),
             host_command,
+            host_allowed,
             binds,
             dirs,
             host_workspace: self.paths.workspace.clone(),

@@ -1070,3 +1070,37 @@ async fn huge_listings_are_truncated() {
     assert!(t.chars().count() <= 20_000);
     assert!(t.contains("Use a more specific path to see fewer results"));
 }
+
+// ---------------------------------------------------------------- §11.1 item 28: host bash guard
+
+#[tokio::test]
+async fn host_bash_path_guard() {
+    let e = Env::new(|s, o| {
+        o.bwrap_path = Some("/nonexistent/bwrap".into());
+        s.app.sandbox.allow_host_bash = true;
+    });
+    let ctx = e.ctx("t1");
+    let out = bash(&e, &ctx, "cat /etc/passwd").await;
+    assert!(
+        out.starts_with(
+            "Error: Unsafe absolute paths in command: /etc/passwd. Use paths under /mnt/user-data"
+        ),
+        "{out}"
+    );
+    let out = bash(&e, &ctx, "cat file:///etc/passwd").await;
+    assert!(
+        out.starts_with("Error: Unsafe file:// URL in command"),
+        "{out}"
+    );
+    let out = bash(&e, &ctx, "cd .. && ls").await;
+    assert_eq!(out, "Error: Access denied: path traversal detected");
+    // URLs and system paths pass the guard (echo, not curl: tests never touch the network).
+    assert_eq!(
+        bash(&e, &ctx, "echo https://example.com/api/v1").await,
+        "https://example.com/api/v1\n"
+    );
+    assert_eq!(bash(&e, &ctx, "ls /dev/null").await, "/dev/null\n");
+    let ws = e.host("t1").await.workspace;
+    assert_eq!(bash(&e, &ctx, "pwd").await, "/mnt/user-data/workspace\n");
+    assert!(ws.is_dir());
+}
