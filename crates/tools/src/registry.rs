@@ -307,7 +307,8 @@ pub struct ToolSetup {
     /// `subagent_enabled`: the runner for `task` (its `available()` list becomes the
     /// `subagent_type` enum). `None`: no `task` tool.
     pub subagents: Option<Arc<dyn SubagentRunner>>,
-    /// `is_plan_mode`: adds `write_todos`.
+    /// Adds `write_todos` (plan mode). Leave it false when the middleware chain's
+    /// `TodoMiddleware` already contributes the tool; a duplicate would be dropped anyway.
     pub plan_mode: bool,
     /// `non_interactive`: removes `ask_clarification`.
     pub non_interactive: bool,
