@@ -64,14 +64,18 @@ fn main() -> ExitCode {
 /// `check-config` run reports every problem.
 fn load_options(path: Option<PathBuf>) -> fawn_config::LoadOptions {
     let opts = fawn_config::LoadOptions::from_process()
-        .validator(std::sync::Arc::new(fawn_llm::validate_models));
+        .validator(std::sync::Arc::new(fawn_llm::validate_models))
+        .validator(std::sync::Arc::new(
+            fawn_tools::registry::validate_tool_config,
+        ));
     match path {
         Some(p) => opts.config_path(p),
         None => opts,
     }
 }
 
-/// Every problem of the configuration, one line each with its key path.
+/// Every problem of the configuration, one line each with its key path. Invalid skills are
+/// warnings.
 fn check_config(path: Option<PathBuf>) -> ExitCode {
     let loaded = match fawn_config::load(&load_options(path)) {
         Ok(l) => l,
@@ -83,8 +87,16 @@ fn check_config(path: Option<PathBuf>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let skills = fawn_tools::skills::SkillCatalog::scan(
+        &loaded.settings.skills_dir,
+        &loaded.settings.extensions.skills,
+        &loaded.settings.app.skills.container_path,
+    );
     for issue in &loaded.warnings {
         eprintln!("warning: {issue}");
+    }
+    for invalid in skills.invalid() {
+        eprintln!("warning: {invalid} (skill not loaded)");
     }
     let s = &loaded.settings;
     match &s.config_path {
@@ -92,10 +104,12 @@ fn check_config(path: Option<PathBuf>) -> ExitCode {
         None => println!("config OK (no config file found; using defaults)"),
     }
     println!(
-        "  models: {}, tools: {}, MCP servers: {}, data dir: {}",
+        "  models: {}, tools: {}, MCP servers: {}, skills: {} enabled of {}, data dir: {}",
         s.app.models.len(),
         s.app.tools.len(),
         s.extensions.mcp_servers.len(),
+        skills.enabled().count(),
+        skills.skills().len(),
         s.home.display()
     );
     ExitCode::SUCCESS

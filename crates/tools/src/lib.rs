@@ -9,6 +9,10 @@
 pub mod mcp;
 
 pub mod args;
+pub mod builtins;
+pub mod registry;
+pub mod skills;
+pub mod web;
 
 use async_trait::async_trait;
 use fawn_config::Settings;
@@ -18,6 +22,9 @@ use fawn_state::{Content, EventSink, Message, StateUpdate, ThreadState, UsageMet
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
+
+/// The sandbox tools (`bash`, `ls`, `read_file`, `write_file`, `str_replace`, `glob`, `grep`).
+pub mod sandbox_tools;
 
 /// The sandbox of one run, acquired on first use and shared by all its tool calls.
 pub struct SandboxSlot {
