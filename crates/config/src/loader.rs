@@ -232,7 +232,7 @@ fn build(
         Some(p) => config_dir.join(p),
         None => opts
             .path_var("DEER_FLOW_SKILLS_PATH")
-            .unwrap_or_else(|| opts.cwd.join("skills")),
+            .unwrap_or_else(|| config_dir.join("skills")),
     };
 
     if !report.errors.is_empty() {
