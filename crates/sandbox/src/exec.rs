@@ -56,7 +56,7 @@ pub enum BashMode {
 }
 
 /// Processes one sandboxed thread may have at once (its own uid; root mode only).
-pub(crate) const SANDBOX_NPROC: u32 = 256;
+pub(crate) const SANDBOX_NPROC: u32 = 512;
 /// Bytes of a stream kept when truncation is off.
 const CAPTURE_MAX_BYTES: usize = 10 * 1024 * 1024;
 /// How long host bash waits for pipes after the shell exits (background children may hold

@@ -255,7 +255,7 @@ async fn fork_bomb_is_contained() {
         );
         // The cap held: never more than the per-thread limit (checked from inside).
         let out = run(&sb, "ulimit -u").await;
-        assert_eq!(out.stdout.trim(), "256");
+        assert_eq!(out.stdout.trim(), "512");
     }
     // The sandbox still works afterwards, and so does another thread's.
     assert_eq!(run(&sb, "echo alive").await.stdout, "alive\n");
