@@ -463,3 +463,23 @@ async fn custom_mounts_inside_bash() {
     let host = ro.join("data.csv").to_string_lossy().into_owned();
     assert_eq!(sb.mask(&host), "/mnt/data/data.csv");
 }
+
+#[tokio::test]
+async fn broken_bubblewrap_refuses_bash() {
+    // An executable that exits non-zero stands in for a bwrap that cannot create namespaces.
+    let e = env_with(|_, o| o.bwrap_path = Some("/bin/false".into()));
+    let sb = e.sandbox("t1").await;
+    match sb.execute("echo hi", ExecOptions::default()).await {
+        Err(SandboxError::Unavailable(m)) => {
+            assert!(m.contains("cannot create a sandbox"), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let e = env_with(|s, o| {
+        o.bwrap_path = Some("/bin/false".into());
+        s.app.sandbox.allow_host_bash = true;
+    });
+    assert!(
+        matches!(e.provider.bash_mode().await, BashMode::Host(m) if m.contains("cannot create a sandbox"))
+    );
+}
