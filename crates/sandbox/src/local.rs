@@ -114,6 +114,8 @@ struct Shared {
     config: SandboxConfig,
     skills_root: String,
     skills_dir: PathBuf,
+    /// Whether `skills_dir` existed at startup (host bash rewrites `/mnt/skills` to it).
+    skills_dir_exists: bool,
     skills: RwLock<Arc<SkillsState>>,
     custom: Vec<Mount>,
     custom_masker: Masker,
@@ -363,6 +365,7 @@ impl LocalSandboxProvider {
                 config,
                 skills_root,
                 skills_dir: settings.skills_dir.clone(),
+                skills_dir_exists: settings.skills_dir.is_dir(),
                 skills: RwLock::new(Arc::new(SkillsState {
                     mounts,
                     disabled,
@@ -677,7 +680,7 @@ impl LocalSandbox {
             VIRTUAL_USER_DATA.to_string(),
             self.paths.user_data.to_string_lossy().into_owned(),
         )];
-        if self.shared.skills_dir.is_dir() {
+        if self.shared.skills_dir_exists {
             roots.push((
                 self.shared.skills_root.clone(),
                 self.shared.skills_dir.to_string_lossy().into_owned(),

@@ -255,7 +255,7 @@ async fn fork_bomb_is_contained() {
         );
         // The cap held: never more than the per-thread limit (checked from inside).
         let out = run(&sb, "ulimit -u").await;
-        assert_eq!(out.stdout.trim(), "256");
+        assert_eq!(out.stdout.trim(), "512");
     }
     // The sandbox still works afterwards, and so does another thread's.
     assert_eq!(run(&sb, "echo alive").await.stdout, "alive\n");
@@ -462,4 +462,24 @@ async fn custom_mounts_inside_bash() {
     assert_eq!(std::fs::read_to_string(rw.join("y.txt")).unwrap(), "y\n");
     let host = ro.join("data.csv").to_string_lossy().into_owned();
     assert_eq!(sb.mask(&host), "/mnt/data/data.csv");
+}
+
+#[tokio::test]
+async fn broken_bubblewrap_refuses_bash() {
+    // An executable that exits non-zero stands in for a bwrap that cannot create namespaces.
+    let e = env_with(|_, o| o.bwrap_path = Some("/bin/false".into()));
+    let sb = e.sandbox("t1").await;
+    match sb.execute("echo hi", ExecOptions::default()).await {
+        Err(SandboxError::Unavailable(m)) => {
+            assert!(m.contains("cannot create a sandbox"), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let e = env_with(|s, o| {
+        o.bwrap_path = Some("/bin/false".into());
+        s.app.sandbox.allow_host_bash = true;
+    });
+    assert!(
+        matches!(e.provider.bash_mode().await, BashMode::Host(m) if m.contains("cannot create a sandbox"))
+    );
 }
