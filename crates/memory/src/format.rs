@@ -254,17 +254,19 @@ mod tests {
 
     #[test]
     fn guaranteed_budget_is_separate() {
-        let mut m = MemoryData::default();
-        m.facts = (0..50)
-            .map(|i| {
-                fact(
-                    &format!("correction number {i} with some words"),
-                    "correction",
-                    0.99,
-                )
-            })
-            .chain([fact("ordinary", "preference", 0.5)])
-            .collect();
+        let m = MemoryData {
+            facts: (0..50)
+                .map(|i| {
+                    fact(
+                        &format!("correction number {i} with some words"),
+                        "correction",
+                        0.99,
+                    )
+                })
+                .chain([fact("ordinary", "preference", 0.5)])
+                .collect(),
+            ..Default::default()
+        };
         let out = format_memory_for_injection(
             &m,
             &InjectionOptions {

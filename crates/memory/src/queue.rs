@@ -91,24 +91,21 @@ impl Inner {
         }
     }
 
-    /// Removes and returns the items due now (all of them when closing).
-    fn take_due(&self) -> (Vec<PendingUpdate>, Option<Instant>) {
+    /// Removes and returns the earliest item due now (any item when closing), and the time
+    /// the next one is due. One at a time, so whatever is not yet processed stays visible
+    /// (and counted) in `pending`.
+    fn take_due(&self) -> (Option<PendingUpdate>, Option<Instant>) {
         let now = Instant::now();
         let all = self.closing.load(Ordering::SeqCst);
         let mut g = self.pending();
-        let due_keys: Vec<Key> = g
+        let first = g
             .iter()
             .filter(|(_, p)| all || p.due <= now)
-            .map(|(k, _)| k.clone())
-            .collect();
-        let mut items: Vec<(Instant, PendingUpdate)> = due_keys
-            .into_iter()
-            .filter_map(|k| g.remove(&k))
-            .map(|p| (p.due, p.item))
-            .collect();
-        items.sort_by_key(|(due, _)| *due);
+            .min_by_key(|(_, p)| p.due)
+            .map(|(k, _)| k.clone());
+        let item = first.and_then(|k| g.remove(&k)).map(|p| p.item);
         let next = g.values().map(|p| p.due).min();
-        (items.into_iter().map(|(_, i)| i).collect(), next)
+        (item, next)
     }
 
     async fn process(&self, item: PendingUpdate) {
@@ -134,11 +131,9 @@ impl Inner {
     async fn run(self: Arc<Self>) {
         loop {
             let notified = self.wake.notified();
-            let (items, next) = self.take_due();
-            for item in items {
+            let (item, next) = self.take_due();
+            if let Some(item) = item {
                 self.process(item).await;
-            }
-            if !self.pending().is_empty() && self.closing.load(Ordering::SeqCst) {
                 continue;
             }
             if self.closing.load(Ordering::SeqCst) && self.pending().is_empty() {
