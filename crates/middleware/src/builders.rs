@@ -28,6 +28,7 @@ use crate::{Chain, Middleware, RunOptions};
 use fawn_config::{AppConfig, Settings};
 use fawn_llm::ModelInfo;
 use fawn_tools::Tool;
+use fawn_tools::builtins::WriteTodosTool;
 use std::sync::Arc;
 
 /// State DeerFlow keeps per process, shared by every run's chain: the LLM circuit breaker,
@@ -56,7 +57,8 @@ impl SharedState {
 pub struct ChainDeps {
     pub settings: Arc<Settings>,
     pub shared: Arc<SharedState>,
-    /// The `write_todos` tool plan mode adds (from `fawn_tools::builtins`).
+    /// The `write_todos` tool `TodoMiddleware` adds in plan mode (default: the tools crate's
+    /// [`WriteTodosTool`]; `None` when the run's tools already carry one).
     pub write_todos: Option<Arc<dyn Tool>>,
 }
 
@@ -76,12 +78,13 @@ impl ChainDeps {
         ChainDeps {
             settings,
             shared,
-            write_todos: None,
+            write_todos: Some(Arc::new(WriteTodosTool::new())),
         }
     }
 
-    pub fn with_write_todos(mut self, tool: Arc<dyn Tool>) -> Self {
-        self.write_todos = Some(tool);
+    /// Replaces (or, with `None`, removes) the tool plan mode adds.
+    pub fn with_write_todos(mut self, tool: Option<Arc<dyn Tool>>) -> Self {
+        self.write_todos = tool;
         self
     }
 
