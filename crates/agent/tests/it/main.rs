@@ -1,0 +1,7 @@
+//! fawn-agent integration tests: the lead agent's loop driven end to end with scripted models
+//! (in process) and the testkit mock LLM (over HTTP).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+mod loop_basics;
