@@ -4,4 +4,7 @@
 
 mod support;
 
+mod hooks;
+mod interrupts;
 mod loop_basics;
+mod tools;
