@@ -7,4 +7,5 @@ mod support;
 mod hooks;
 mod interrupts;
 mod loop_basics;
+mod mock_llm;
 mod tools;

@@ -474,3 +474,21 @@ impl Middleware for Probe {
 pub fn human(text: &str) -> Message {
     Message::human(text)
 }
+
+/// An OpenAI-compatible model on the testkit mock, without retries.
+pub fn mock_model(mock: &fawn_testkit::MockLlm, supports_thinking: bool) -> Arc<dyn ChatModel> {
+    let config: fawn_config::AppConfig = serde_json::from_value(json!({"models": [{
+        "name": "mock-model",
+        "use": "langchain_openai:ChatOpenAI",
+        "model": "gpt-test",
+        "base_url": mock.base_url(),
+        "api_key": "sk-test",
+        "max_retries": 0,
+        "supports_thinking": supports_thinking,
+    }]}))
+    .unwrap();
+    fawn_llm::ModelRegistry::from_config(&config)
+        .unwrap()
+        .default_model()
+        .unwrap()
+}
