@@ -1,0 +1,1 @@
+//! End to end through the agent's loop.
