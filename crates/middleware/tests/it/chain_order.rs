@@ -87,7 +87,11 @@ fn lead_chain_conditions_off() {
     assert_eq!(n.last().unwrap(), "ClarificationMiddleware");
     // Tool mode keeps memory out of the chain too.
     let fx = Fx::with(|s| s.app.memory.mode = "tool".into(), []);
-    assert!(!names(&fx, &fx.options, false).iter().any(|x| x == "MemoryMiddleware"));
+    assert!(
+        !names(&fx, &fx.options, false)
+            .iter()
+            .any(|x| x == "MemoryMiddleware")
+    );
 }
 
 #[test]
@@ -223,8 +227,14 @@ fn shared_state_is_per_process() {
     let fx = Fx::new([]);
     let deps = fx.deps();
     let a = deps.clone();
-    assert!(std::sync::Arc::ptr_eq(&a.shared.circuit, &deps.shared.circuit));
+    assert!(std::sync::Arc::ptr_eq(
+        &a.shared.circuit,
+        &deps.shared.circuit
+    ));
     assert!(std::sync::Arc::ptr_eq(&a.shared.loops, &deps.shared.loops));
     let other = fx.deps();
-    assert!(!std::sync::Arc::ptr_eq(&other.shared.loops, &deps.shared.loops));
+    assert!(!std::sync::Arc::ptr_eq(
+        &other.shared.loops,
+        &deps.shared.loops
+    ));
 }

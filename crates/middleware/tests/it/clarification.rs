@@ -18,7 +18,10 @@ async fn formats_question_options_and_ends_the_run() {
     let r = mw.wrap_tool_call(req, &fx.ctx(), &next).await.unwrap();
     assert!(r.end_run);
     let m = &r.message;
-    assert_eq!(m.text(), "🔀 Need target\n\nWhich env?\n\n  1. dev\n  2. prod");
+    assert_eq!(
+        m.text(),
+        "🔀 Need target\n\nWhich env?\n\n  1. dev\n  2. prod"
+    );
     assert_eq!(m.id.as_deref(), Some("clarification:call_1"));
     assert_eq!(m.name.as_deref(), Some("ask_clarification"));
     assert_eq!(m.tool_call_id.as_deref(), Some("call_1"));
@@ -45,7 +48,11 @@ async fn option_cleanup_free_text_and_forms() {
     let ask = |args| tool_request("ask_clarification", args, "c2", ThreadState::default());
 
     let r = mw
-        .wrap_tool_call(ask(json!({"question": "Pick", "options": ["a", " a ", "", "<b>x</b>"]})), &fx.ctx(), &next)
+        .wrap_tool_call(
+            ask(json!({"question": "Pick", "options": ["a", " a ", "", "<b>x</b>"]})),
+            &fx.ctx(),
+            &next,
+        )
         .await
         .unwrap();
     let opts: Vec<_> = r.message.artifact["human_input"]["options"]
@@ -58,7 +65,11 @@ async fn option_cleanup_free_text_and_forms() {
     assert_eq!(r.message.text(), "❓ Pick\n\n  1. a\n  2. x");
 
     let r = mw
-        .wrap_tool_call(ask(json!({"question": "Why?", "clarification_type": "risk_confirmation"})), &fx.ctx(), &next)
+        .wrap_tool_call(
+            ask(json!({"question": "Why?", "clarification_type": "risk_confirmation"})),
+            &fx.ctx(),
+            &next,
+        )
         .await
         .unwrap();
     assert_eq!(r.message.text(), "⚠️ Why?");
@@ -86,16 +97,26 @@ async fn option_cleanup_free_text_and_forms() {
                            {"id": "region-option-2", "label": "us", "value": "us"}]})
     );
     assert_eq!(hi["fields"][1]["placeholder"], "anything else");
-    assert!(r.message.text().ends_with("Please reply with a value for each field."));
+    assert!(
+        r.message
+            .text()
+            .ends_with("Please reply with a value for each field.")
+    );
 }
 
 #[tokio::test]
 async fn disabled_clarification_lets_the_model_proceed() {
     let mut fx = Fx::new([]);
-    fx.context.insert("disable_clarification".into(), json!(true));
+    fx.context
+        .insert("disable_clarification".into(), json!(true));
     let r = ClarificationMiddleware::new()
         .wrap_tool_call(
-            tool_request("ask_clarification", json!({"question": "?"}), "c3", ThreadState::default()),
+            tool_request(
+                "ask_clarification",
+                json!({"question": "?"}),
+                "c3",
+                ThreadState::default(),
+            ),
             &fx.ctx(),
             &ToolFn(|_| panic!("not called")),
         )
@@ -111,7 +132,12 @@ async fn other_tools_pass_through() {
     let fx = Fx::new([]);
     let r = ClarificationMiddleware::new()
         .wrap_tool_call(
-            tool_request("bash", json!({"command": "ls"}), "c4", ThreadState::default()),
+            tool_request(
+                "bash",
+                json!({"command": "ls"}),
+                "c4",
+                ThreadState::default(),
+            ),
             &fx.ctx(),
             &ToolFn(|r| Ok(answer(&r, "listing"))),
         )

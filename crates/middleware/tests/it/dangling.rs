@@ -10,7 +10,9 @@ async fn placeholder_reaches_the_provider_and_state_is_untouched() {
     let fx = Fx::new([ScriptedTurn::text("ok")]);
     let st = state_of(vec![
         Message::human("list files").with_id("h1"),
-        Message::ai("").with_id("a1").with_tool_calls(vec![ToolCall::new("ls", json!({"path": "/"}), "call_9")]),
+        Message::ai("")
+            .with_id("a1")
+            .with_tool_calls(vec![ToolCall::new("ls", json!({"path": "/"}), "call_9")]),
         Message::human("are you there?").with_id("h2"),
     ]);
     let before = st.clone();
@@ -42,6 +44,13 @@ async fn orphan_results_are_dropped() {
         .wrap_model_call(fx.request(st.messages.clone()), &st, &fx.ctx(), &Invoke)
         .await
         .unwrap();
-    let kinds: Vec<_> = fx.model.requests()[0].messages.iter().map(|m| m.kind.clone()).collect();
-    assert_eq!(kinds, [MessageKind::System, MessageKind::Human, MessageKind::Ai]);
+    let kinds: Vec<_> = fx.model.requests()[0]
+        .messages
+        .iter()
+        .map(|m| m.kind.clone())
+        .collect();
+    assert_eq!(
+        kinds,
+        [MessageKind::System, MessageKind::Human, MessageKind::Ai]
+    );
 }

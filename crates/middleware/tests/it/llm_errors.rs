@@ -14,7 +14,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 fn rate_limited() -> ScriptedTurn {
-    ScriptedTurn::Error(LlmError::RateLimit { retry_after: None, message: "Rate limit reached".into() })
+    ScriptedTurn::Error(LlmError::RateLimit {
+        retry_after: None,
+        message: "Rate limit reached".into(),
+    })
 }
 
 fn mw(fx: &Fx) -> LLMErrorHandlingMiddleware {
@@ -27,8 +30,13 @@ fn mw(fx: &Fx) -> LLMErrorHandlingMiddleware {
 }
 
 async fn call(m: &LLMErrorHandlingMiddleware, fx: &Fx) -> Result<ModelResponse, MiddlewareError> {
-    m.wrap_model_call(fx.request(vec![Message::human("hi")]), &ThreadState::default(), &fx.ctx(), &Invoke)
-        .await
+    m.wrap_model_call(
+        fx.request(vec![Message::human("hi")]),
+        &ThreadState::default(),
+        &fx.ctx(),
+        &Invoke,
+    )
+    .await
 }
 
 #[tokio::test]
@@ -49,7 +57,10 @@ async fn two_rate_limits_then_success() {
         assert!(wait <= 5, "{wait}");
         assert_eq!(
             e["message"],
-            format!("LLM request retry {}/3: provider is busy. Retrying in 1s.", i + 1)
+            format!(
+                "LLM request retry {}/3: provider is busy. Retrying in 1s.",
+                i + 1
+            )
         );
     }
 }
@@ -66,7 +77,12 @@ async fn quota_is_not_retried_and_becomes_a_marked_answer() {
     assert_eq!(m.additional_kwargs["deerflow_error_fallback"], true);
     assert_eq!(m.additional_kwargs["error_type"], "quota");
     assert_eq!(m.additional_kwargs["error_reason"], "quota");
-    assert!(m.additional_kwargs["error_detail"].as_str().unwrap().contains("insufficient_quota"));
+    assert!(
+        m.additional_kwargs["error_detail"]
+            .as_str()
+            .unwrap()
+            .contains("insufficient_quota")
+    );
     assert!(m.text().contains("out of quota"));
     let f = error_fallback(m).unwrap();
     assert_eq!(f.error_reason, "quota");
@@ -74,20 +90,32 @@ async fn quota_is_not_retried_and_becomes_a_marked_answer() {
 
 #[tokio::test]
 async fn exhausted_retries_fall_back() {
-    let server = || ScriptedTurn::Error(LlmError::Server { status: 502, retry_after: None, message: "bad gateway".into() });
+    let server = || {
+        ScriptedTurn::Error(LlmError::Server {
+            status: 502,
+            retry_after: None,
+            message: "bad gateway".into(),
+        })
+    };
     let fx = Fx::new([server(), server(), server(), ScriptedTurn::text("never")]);
     let r = call(&mw(&fx), &fx).await.unwrap();
     assert_eq!(fx.model.requests().len(), 3);
     assert_eq!(fx.custom_events().len(), 2);
     let f = error_fallback(&r.message).unwrap();
-    assert_eq!((f.error_type.as_str(), f.error_reason.as_str()), ("server", "transient"));
+    assert_eq!(
+        (f.error_type.as_str(), f.error_reason.as_str()),
+        ("server", "transient")
+    );
     assert!(r.message.text().contains("temporarily unavailable"));
 }
 
 #[tokio::test(start_paused = true)]
 async fn retry_after_is_honoured() {
     let fx = Fx::new([
-        ScriptedTurn::Error(LlmError::RateLimit { retry_after: Some(Duration::from_secs(7)), message: "slow".into() }),
+        ScriptedTurn::Error(LlmError::RateLimit {
+            retry_after: Some(Duration::from_secs(7)),
+            message: "slow".into(),
+        }),
         ScriptedTurn::text("ok"),
     ]);
     let started = tokio::time::Instant::now();
@@ -95,12 +123,20 @@ async fn retry_after_is_honoured() {
     assert!(started.elapsed() >= Duration::from_secs(7));
     let e = &fx.custom_events()[0];
     assert_eq!(e["wait_ms"], 7000);
-    assert_eq!(e["message"], "LLM request retry 1/3: provider is busy. Retrying in 7s.");
+    assert_eq!(
+        e["message"],
+        "LLM request retry 1/3: provider is busy. Retrying in 7s."
+    );
 }
 
 #[tokio::test]
 async fn burst_rate_and_chunk_timeouts_have_a_budget_of_two() {
-    let burst = || ScriptedTurn::Error(LlmError::RateLimit { retry_after: None, message: "limit_burst_rate".into() });
+    let burst = || {
+        ScriptedTurn::Error(LlmError::RateLimit {
+            retry_after: None,
+            message: "limit_burst_rate".into(),
+        })
+    };
     let fx = Fx::new([burst(), burst(), ScriptedTurn::text("never")]);
     let r = call(&mw(&fx), &fx).await.unwrap();
     assert_eq!(fx.model.requests().len(), 2);
@@ -118,16 +154,26 @@ async fn circuit_breaker_opens_after_repeated_failures() {
             s.app.circuit_breaker.failure_threshold = 2;
             s.app.llm_call.retry_max_attempts = 1;
         },
-        (0..5).map(|_| ScriptedTurn::Error(LlmError::Connection { message: "reset".into() })),
+        (0..5).map(|_| {
+            ScriptedTurn::Error(LlmError::Connection {
+                message: "reset".into(),
+            })
+        }),
     );
     let m = mw(&fx);
     for _ in 0..2 {
         let r = call(&m, &fx).await.unwrap();
-        assert_eq!(error_fallback(&r.message).unwrap().error_reason, "transient");
+        assert_eq!(
+            error_fallback(&r.message).unwrap().error_reason,
+            "transient"
+        );
     }
     let r = call(&m, &fx).await.unwrap();
     assert_eq!(r.message.text(), CIRCUIT_OPEN_TEXT);
-    assert_eq!(error_fallback(&r.message).unwrap().error_type, "circuit_open");
+    assert_eq!(
+        error_fallback(&r.message).unwrap().error_type,
+        "circuit_open"
+    );
     // Fail-fast: the model was not called a third time.
     assert_eq!(fx.model.requests().len(), 2);
 }
@@ -148,7 +194,12 @@ async fn cancellation_during_backoff() {
         cancel.cancel();
     });
     let r = mw(&fx)
-        .wrap_model_call(fx.request(vec![Message::human("hi")]), &ThreadState::default(), &ctx, &Invoke)
+        .wrap_model_call(
+            fx.request(vec![Message::human("hi")]),
+            &ThreadState::default(),
+            &ctx,
+            &Invoke,
+        )
         .await;
     assert!(matches!(r, Err(MiddlewareError::Cancelled)));
     assert_eq!(fx.model.requests().len(), 1);
@@ -166,7 +217,9 @@ impl ModelCall for Slow {
         self.max.fetch_max(n, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(30)).await;
         self.now.fetch_sub(1, Ordering::SeqCst);
-        Ok(ModelResponse { message: Message::ai("ok") })
+        Ok(ModelResponse {
+            message: Message::ai("ok"),
+        })
     }
 }
 
@@ -178,12 +231,17 @@ async fn process_wide_concurrency_cap() {
         Arc::new(CircuitBreaker::new(5, Duration::from_secs(60))),
         LlmConcurrency::new(1),
     ));
-    let slow = Arc::new(Slow { now: AtomicUsize::new(0), max: AtomicUsize::new(0) });
+    let slow = Arc::new(Slow {
+        now: AtomicUsize::new(0),
+        max: AtomicUsize::new(0),
+    });
     let mut tasks = Vec::new();
     for _ in 0..3 {
         let (m, slow, req, ctx) = (m.clone(), slow.clone(), fx.request(vec![]), fx.ctx());
         tasks.push(tokio::spawn(async move {
-            m.wrap_model_call(req, &ThreadState::default(), &ctx, slow.as_ref()).await.unwrap();
+            m.wrap_model_call(req, &ThreadState::default(), &ctx, slow.as_ref())
+                .await
+                .unwrap();
         }));
     }
     for t in tasks {

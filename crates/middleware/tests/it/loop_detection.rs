@@ -8,8 +8,11 @@ use serde_json::json;
 use std::sync::Arc;
 
 fn ai_calls(id: &str, calls: Vec<ToolCall>) -> Message {
-    let mut m = Message::ai("Let me look.").with_id(id).with_tool_calls(calls);
-    m.response_metadata.insert("finish_reason".into(), json!("tool_calls"));
+    let mut m = Message::ai("Let me look.")
+        .with_id(id)
+        .with_tool_calls(calls);
+    m.response_metadata
+        .insert("finish_reason".into(), json!("tool_calls"));
     m.additional_kwargs.insert(
         "tool_calls".into(),
         json!([{"id": "x", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]),
@@ -27,8 +30,16 @@ async fn warning_goes_into_the_next_request_then_forced_stop() {
     let ctx = fx.ctx();
     let tracker = Arc::new(LoopTracker::new(100));
     let mw = LoopDetectionMiddleware::new(LoopDetectionConfig::default(), tracker);
-    mw.before_agent(&ThreadState::default(), &ctx).await.unwrap();
-    let call = || vec![ToolCall::new("bash", json!({"command": "ls", "timeout": 1}), "c")];
+    mw.before_agent(&ThreadState::default(), &ctx)
+        .await
+        .unwrap();
+    let call = || {
+        vec![ToolCall::new(
+            "bash",
+            json!({"command": "ls", "timeout": 1}),
+            "c",
+        )]
+    };
     for i in 1..=4 {
         let st = state_after(ai_calls(&format!("a{i}"), call()));
         let out = mw.after_model(&st, &ctx).await.unwrap();
@@ -67,18 +78,30 @@ async fn history_is_per_thread_and_survives_runs() {
     // Two runs of the same thread (two chains) share the process-wide history.
     for _ in 0..2 {
         let mw = LoopDetectionMiddleware::new(LoopDetectionConfig::default(), tracker.clone());
-        let out = mw.after_model(&state_after(ai_calls("a", call.clone())), &fx.ctx()).await.unwrap();
+        let out = mw
+            .after_model(&state_after(ai_calls("a", call.clone())), &fx.ctx())
+            .await
+            .unwrap();
         assert!(out.update.is_none());
     }
     let mw = LoopDetectionMiddleware::new(LoopDetectionConfig::default(), tracker.clone());
     for _ in 0..2 {
-        mw.after_model(&state_after(ai_calls("a", call.clone())), &fx.ctx()).await.unwrap();
+        mw.after_model(&state_after(ai_calls("a", call.clone())), &fx.ctx())
+            .await
+            .unwrap();
     }
-    let out = mw.after_model(&state_after(ai_calls("a", call.clone())), &fx.ctx()).await.unwrap();
+    let out = mw
+        .after_model(&state_after(ai_calls("a", call.clone())), &fx.ctx())
+        .await
+        .unwrap();
     assert!(out.update.is_some(), "5th repeat across runs is stopped");
     // Another thread starts clean.
-    let other = LoopDetectionMiddleware::new(LoopDetectionConfig::default(), tracker).with_key("thread-2");
-    let out = other.after_model(&state_after(ai_calls("a", call)), &fx.ctx()).await.unwrap();
+    let other =
+        LoopDetectionMiddleware::new(LoopDetectionConfig::default(), tracker).with_key("thread-2");
+    let out = other
+        .after_model(&state_after(ai_calls("a", call)), &fx.ctx())
+        .await
+        .unwrap();
     assert!(out.update.is_none());
 }
 
@@ -88,13 +111,23 @@ async fn frequency_rule_and_overrides() {
     let mut cfg = LoopDetectionConfig::default();
     cfg.tool_freq_overrides.insert(
         "bash".into(),
-        fawn_config::ToolFreqOverride { warn: Some(2), hard_limit: Some(3) },
+        fawn_config::ToolFreqOverride {
+            warn: Some(2),
+            hard_limit: Some(3),
+        },
     );
     let mw = LoopDetectionMiddleware::new(cfg, Arc::new(LoopTracker::new(10)));
     let ctx = fx.ctx();
     let mut last = None;
     for i in 0..3 {
-        let st = state_after(ai_calls("a", vec![ToolCall::new("bash", json!({"command": format!("ls {i}")}), "c")]));
+        let st = state_after(ai_calls(
+            "a",
+            vec![ToolCall::new(
+                "bash",
+                json!({"command": format!("ls {i}")}),
+                "c",
+            )],
+        ));
         last = mw.after_model(&st, &ctx).await.unwrap().update;
     }
     let m = &last.unwrap().messages.unwrap()[0];
@@ -104,10 +137,17 @@ async fn frequency_rule_and_overrides() {
 #[tokio::test]
 async fn disabled_does_nothing() {
     let fx = Fx::new([]);
-    let cfg = LoopDetectionConfig { enabled: false, hard_limit: 1, ..Default::default() };
+    let cfg = LoopDetectionConfig {
+        enabled: false,
+        hard_limit: 1,
+        ..Default::default()
+    };
     let mw = LoopDetectionMiddleware::new(cfg, Arc::new(LoopTracker::new(10)));
     let out = mw
-        .after_model(&state_after(ai_calls("a", vec![ToolCall::new("bash", json!({}), "c")])), &fx.ctx())
+        .after_model(
+            &state_after(ai_calls("a", vec![ToolCall::new("bash", json!({}), "c")])),
+            &fx.ctx(),
+        )
         .await
         .unwrap();
     assert!(out.update.is_none());

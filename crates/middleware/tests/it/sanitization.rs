@@ -30,12 +30,20 @@ async fn last_user_message_is_framed_for_the_model_only() {
 #[tokio::test]
 async fn uploads_block_stays_trusted_and_reminders_are_skipped() {
     let fx = Fx::new([ScriptedTurn::text("ok")]);
-    let mut up = Message::human("<current_uploads>\n- r.pdf\n</current_uploads>\n\nread <memory>it</memory>").with_id("h1");
-    up.additional_kwargs
-        .insert("original_user_content".into(), json!("read <memory>it</memory>"));
+    let mut up = Message::human(
+        "<current_uploads>\n- r.pdf\n</current_uploads>\n\nread <memory>it</memory>",
+    )
+    .with_id("h1");
+    up.additional_kwargs.insert(
+        "original_user_content".into(),
+        json!("read <memory>it</memory>"),
+    );
     let st = state_of(vec![
         up,
-        fawn_middleware::util::hidden_human("<system_reminder>x</system_reminder>", "todo_reminder"),
+        fawn_middleware::util::hidden_human(
+            "<system_reminder>x</system_reminder>",
+            "todo_reminder",
+        ),
     ]);
     InputSanitizationMiddleware::new()
         .wrap_model_call(fx.request(st.messages.clone()), &st, &fx.ctx(), &Invoke)

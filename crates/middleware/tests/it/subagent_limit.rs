@@ -6,14 +6,22 @@ use serde_json::json;
 
 fn tasks(prefix: &str, n: usize) -> Vec<ToolCall> {
     (0..n)
-        .map(|i| ToolCall::new("task", json!({"description": format!("t{i}")}), format!("{prefix}{i}")))
+        .map(|i| {
+            ToolCall::new(
+                "task",
+                json!({"description": format!("t{i}")}),
+                format!("{prefix}{i}"),
+            )
+        })
         .collect()
 }
 
 fn after(calls: Vec<ToolCall>) -> ThreadState {
     state_of(vec![
         Message::human("do it").with_id("h"),
-        Message::ai("Delegating.").with_id("ai").with_tool_calls(calls),
+        Message::ai("Delegating.")
+            .with_id("ai")
+            .with_tool_calls(calls),
     ])
 }
 
@@ -32,8 +40,15 @@ async fn clamps_concurrency() {
     let fx = Fx::new([]);
     for (configured, effective) in [(3, 3), (10, 4), (0, 1)] {
         let mw = SubagentLimitMiddleware::new(configured, 50);
-        let out = mw.after_model(&after(tasks("c", 5)), &fx.ctx()).await.unwrap();
-        assert_eq!(kept(out).unwrap().len(), effective, "max_concurrent_subagents={configured}");
+        let out = mw
+            .after_model(&after(tasks("c", 5)), &fx.ctx())
+            .await
+            .unwrap();
+        assert_eq!(
+            kept(out).unwrap().len(),
+            effective,
+            "max_concurrent_subagents={configured}"
+        );
     }
     assert_eq!(SubagentLimitMiddleware::new(3, 0).limits(), (3, 1));
     assert_eq!(SubagentLimitMiddleware::new(3, 99).limits(), (3, 50));
@@ -47,7 +62,10 @@ async fn total_per_run_then_limit_reached() {
     // First response: 3 of 3.
     assert!(kept(mw.after_model(&after(tasks("a", 3)), &ctx).await.unwrap()).is_none());
     // Second: only 1 left.
-    assert_eq!(kept(mw.after_model(&after(tasks("b", 3)), &ctx).await.unwrap()).unwrap(), ["b0"]);
+    assert_eq!(
+        kept(mw.after_model(&after(tasks("b", 3)), &ctx).await.unwrap()).unwrap(),
+        ["b0"]
+    );
     assert_eq!(ctx.stop_reason(), None);
     // Third: nothing left; the answer says so.
     let out = mw.after_model(&after(tasks("c", 3)), &ctx).await.unwrap();

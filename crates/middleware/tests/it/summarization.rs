@@ -24,11 +24,23 @@ fn config(trigger: Vec<ContextSize>, keep: ContextSize) -> SummarizationConfig {
 fn history() -> ThreadState {
     state_of(vec![
         Message::human("Find the bug in parser.rs").with_id("h1"),
-        Message::ai("").with_id("a1").with_tool_calls(vec![ToolCall::new("read_file", json!({"path": "/p.rs"}), "c1")]),
+        Message::ai("")
+            .with_id("a1")
+            .with_tool_calls(vec![ToolCall::new(
+                "read_file",
+                json!({"path": "/p.rs"}),
+                "c1",
+            )]),
         Message::tool("fn parse() {}", "c1", Some("read_file".into())).with_id("t1"),
         Message::ai("The bug is on line 3.").with_id("a2"),
         Message::human("Now fix it").with_id("h2"),
-        Message::ai("").with_id("a3").with_tool_calls(vec![ToolCall::new("str_replace", json!({"path": "/p.rs"}), "c2")]),
+        Message::ai("")
+            .with_id("a3")
+            .with_tool_calls(vec![ToolCall::new(
+                "str_replace",
+                json!({"path": "/p.rs"}),
+                "c2",
+            )]),
         Message::tool("OK", "c2", Some("str_replace".into())).with_id("t2"),
         Message::ai("Fixed.").with_id("a4"),
     ])
@@ -36,7 +48,9 @@ fn history() -> ThreadState {
 
 #[tokio::test]
 async fn compacts_older_messages_keeping_pairs_and_latest_user_message() {
-    let fx = Fx::new([ScriptedTurn::text("  The user asked to find and fix a parser bug.  ")]);
+    let fx = Fx::new([ScriptedTurn::text(
+        "  The user asked to find and fix a parser bug.  ",
+    )]);
     let mw = DeerFlowSummarizationMiddleware::new(config(
         vec![size(ContextSizeKind::Messages, 8.0)],
         size(ContextSizeKind::Messages, 2.0),
@@ -44,7 +58,10 @@ async fn compacts_older_messages_keeping_pairs_and_latest_user_message() {
     let mut st = history();
     let out = mw.before_model(&st, &fx.ctx()).await.unwrap();
     let u = out.update.clone().unwrap();
-    assert_eq!(u.summary_text, Some(Some("The user asked to find and fix a parser bug.".into())));
+    assert_eq!(
+        u.summary_text,
+        Some(Some("The user asked to find and fix a parser bug.".into()))
+    );
     let msgs = u.messages.clone().unwrap();
     assert!(msgs[0].is_remove_all());
     let ids: Vec<_> = msgs[1..].iter().map(|m| m.id.clone().unwrap()).collect();
@@ -60,17 +77,29 @@ async fn compacts_older_messages_keeping_pairs_and_latest_user_message() {
     assert!(!prompt.contains("Fixed."));
     apply(&mut st, out.update);
     assert_eq!(st.messages.len(), 4);
-    assert_eq!(Hook::BeforeModel.node_name(mw.name()), "DeerFlowSummarizationMiddleware.before_model");
+    assert_eq!(
+        Hook::BeforeModel.node_name(mw.name()),
+        "DeerFlowSummarizationMiddleware.before_model"
+    );
 }
 
 #[tokio::test]
 async fn below_every_trigger_nothing_happens() {
     let fx = Fx::new([ScriptedTurn::text("never")]);
     let mw = DeerFlowSummarizationMiddleware::new(config(
-        vec![size(ContextSizeKind::Messages, 50.0), size(ContextSizeKind::Tokens, 100_000.0)],
+        vec![
+            size(ContextSizeKind::Messages, 50.0),
+            size(ContextSizeKind::Tokens, 100_000.0),
+        ],
         size(ContextSizeKind::Messages, 2.0),
     ));
-    assert!(mw.before_model(&history(), &fx.ctx()).await.unwrap().update.is_none());
+    assert!(
+        mw.before_model(&history(), &fx.ctx())
+            .await
+            .unwrap()
+            .update
+            .is_none()
+    );
     assert!(fx.model.requests().is_empty());
 }
 
@@ -78,18 +107,32 @@ async fn below_every_trigger_nothing_happens() {
 async fn fraction_of_the_context_window_and_existing_summary_count() {
     let mut fx = Fx::new([ScriptedTurn::text("S2")]);
     fx.model = Arc::new(
-        ScriptedModel::new([ScriptedTurn::text("S2")])
-            .with_info(ModelInfo { name: "scripted".into(), context_window: Some(400), ..Default::default() }),
+        ScriptedModel::new([ScriptedTurn::text("S2")]).with_info(ModelInfo {
+            name: "scripted".into(),
+            context_window: Some(400),
+            ..Default::default()
+        }),
     );
     let mw = DeerFlowSummarizationMiddleware::new(config(
         vec![size(ContextSizeKind::Fraction, 0.5)],
         size(ContextSizeKind::Messages, 2.0),
     ));
     let mut st = history();
-    assert!(mw.before_model(&st, &fx.ctx()).await.unwrap().update.is_none());
+    assert!(
+        mw.before_model(&st, &fx.ctx())
+            .await
+            .unwrap()
+            .update
+            .is_none()
+    );
     // A long earlier summary pushes the total over 200 tokens.
     st.summary_text = Some("earlier ".repeat(120));
-    let u = mw.before_model(&st, &fx.ctx()).await.unwrap().update.unwrap();
+    let u = mw
+        .before_model(&st, &fx.ctx())
+        .await
+        .unwrap()
+        .update
+        .unwrap();
     assert_eq!(u.summary_text, Some(Some("S2".into())));
     // The new summary merges the previous one.
     let prompt = fx.model.requests()[0].messages[0].text();
@@ -100,11 +143,21 @@ async fn fraction_of_the_context_window_and_existing_summary_count() {
 async fn configured_model_with_fallback_to_the_run_model() {
     let mut fx = Fx::new([ScriptedTurn::text("from run model")]);
     let summarizer = Arc::new(
-        ScriptedModel::new([ScriptedTurn::Error(LlmError::Server { status: 500, retry_after: None, message: "x".into() })])
-            .with_info(ModelInfo { name: "summarizer".into(), ..Default::default() }),
+        ScriptedModel::new([ScriptedTurn::Error(LlmError::Server {
+            status: 500,
+            retry_after: None,
+            message: "x".into(),
+        })])
+        .with_info(ModelInfo {
+            name: "summarizer".into(),
+            ..Default::default()
+        }),
     );
     fx.extra_models.push(summarizer.clone());
-    let mut cfg = config(vec![size(ContextSizeKind::Messages, 4.0)], size(ContextSizeKind::Messages, 2.0));
+    let mut cfg = config(
+        vec![size(ContextSizeKind::Messages, 4.0)],
+        size(ContextSizeKind::Messages, 2.0),
+    );
     cfg.model_name = Some("summarizer".into());
     let u = DeerFlowSummarizationMiddleware::new(cfg)
         .before_model(&history(), &fx.ctx())
@@ -118,12 +171,20 @@ async fn configured_model_with_fallback_to_the_run_model() {
 
 #[tokio::test]
 async fn failing_summary_keeps_history() {
-    let fx = Fx::new([ScriptedTurn::Error(LlmError::Timeout { message: "slow".into() })]);
+    let fx = Fx::new([ScriptedTurn::Error(LlmError::Timeout {
+        message: "slow".into(),
+    })]);
     let mw = DeerFlowSummarizationMiddleware::new(config(
         vec![size(ContextSizeKind::Messages, 4.0)],
         size(ContextSizeKind::Messages, 2.0),
     ));
-    assert!(mw.before_model(&history(), &fx.ctx()).await.unwrap().update.is_none());
+    assert!(
+        mw.before_model(&history(), &fx.ctx())
+            .await
+            .unwrap()
+            .update
+            .is_none()
+    );
 }
 
 #[tokio::test]
@@ -132,7 +193,9 @@ async fn summary_is_projected_into_every_request() {
     let mw = DeerFlowSummarizationMiddleware::new(SummarizationConfig::default());
     let mut st = state_of(vec![Message::human("next step").with_id("h")]);
     st.summary_text = Some("We fixed the parser.".into());
-    mw.wrap_model_call(fx.request(st.messages.clone()), &st, &fx.ctx(), &Invoke).await.unwrap();
+    mw.wrap_model_call(fx.request(st.messages.clone()), &st, &fx.ctx(), &Invoke)
+        .await
+        .unwrap();
     let sent = &fx.model.requests()[0].messages;
     assert_eq!(sent[0].kind, MessageKind::System);
     assert_eq!(sent[1].kind, MessageKind::Human);

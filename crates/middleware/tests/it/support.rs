@@ -4,8 +4,8 @@
 
 use async_trait::async_trait;
 use fawn_agent::{
-    AgentDeps, ChainBuilder, LeadAgent, ObserverError, RunObserver, RunOutcome, RunSetup,
-    RunSpec, StartPoint, StaticTools, StepCheckpoint,
+    AgentDeps, ChainBuilder, LeadAgent, ObserverError, RunObserver, RunOutcome, RunSetup, RunSpec,
+    StartPoint, StaticTools, StepCheckpoint,
 };
 use fawn_config::Settings;
 use fawn_llm::scripted::{ScriptedModel, ScriptedTurn};
@@ -75,21 +75,38 @@ impl Sandbox for DirSandbox {
     async fn write_text(&self, path: &str, content: &str, _: bool) -> Result<(), SandboxError> {
         let p = self.host(path)?;
         if let Some(d) = p.parent() {
-            tokio::fs::create_dir_all(d).await.map_err(|e| SandboxError::Io(e.to_string()))?;
+            tokio::fs::create_dir_all(d)
+                .await
+                .map_err(|e| SandboxError::Io(e.to_string()))?;
         }
-        tokio::fs::write(p, content).await.map_err(|e| SandboxError::Io(e.to_string()))
+        tokio::fs::write(p, content)
+            .await
+            .map_err(|e| SandboxError::Io(e.to_string()))
     }
     async fn write_bytes(&self, path: &str, content: &[u8]) -> Result<(), SandboxError> {
         let p = self.host(path)?;
-        tokio::fs::write(p, content).await.map_err(|e| SandboxError::Io(e.to_string()))
+        tokio::fs::write(p, content)
+            .await
+            .map_err(|e| SandboxError::Io(e.to_string()))
     }
     async fn list_dir(&self, _: &str, _: usize) -> Result<Vec<String>, SandboxError> {
         Err(SandboxError::Unavailable("not in tests".into()))
     }
-    async fn glob(&self, _: &str, _: &str, _: bool, _: usize) -> Result<(Vec<String>, bool), SandboxError> {
+    async fn glob(
+        &self,
+        _: &str,
+        _: &str,
+        _: bool,
+        _: usize,
+    ) -> Result<(Vec<String>, bool), SandboxError> {
         Err(SandboxError::Unavailable("not in tests".into()))
     }
-    async fn grep(&self, _: &str, _: &str, _: GrepOptions) -> Result<(Vec<GrepMatch>, bool), SandboxError> {
+    async fn grep(
+        &self,
+        _: &str,
+        _: &str,
+        _: GrepOptions,
+    ) -> Result<(Vec<GrepMatch>, bool), SandboxError> {
         Err(SandboxError::Unavailable("not in tests".into()))
     }
     fn mask(&self, text: &str) -> String {
@@ -128,12 +145,17 @@ impl SandboxProvider for DirProvider {
         let id = format!("sb-{thread_id}");
         let paths = self.thread_paths(thread_id);
         for d in [&paths.workspace, &paths.uploads, &paths.outputs] {
-            tokio::fs::create_dir_all(d).await.map_err(|e| SandboxError::Io(e.to_string()))?;
+            tokio::fs::create_dir_all(d)
+                .await
+                .map_err(|e| SandboxError::Io(e.to_string()))?;
         }
         self.acquired.lock().unwrap().push(id.clone());
         let mut s = self.sandboxes.lock().unwrap();
         if !s.iter().any(|x| x.id == id) {
-            s.push(Arc::new(DirSandbox { id: id.clone(), paths }));
+            s.push(Arc::new(DirSandbox {
+                id: id.clone(),
+                paths,
+            }));
         }
         Ok(id)
     }
@@ -157,13 +179,22 @@ impl SandboxProvider for DirProvider {
 // Memory sink that records
 // ---------------------------------------------------------------------------
 
+/// `(thread_id, user_id, agent_name, messages)` of one enqueue.
+pub type MemoryCall = (String, String, Option<String>, Vec<Message>);
+
 #[derive(Default)]
 pub struct MemoryRecorder {
-    pub calls: Mutex<Vec<(String, String, Option<String>, Vec<Message>)>>,
+    pub calls: Mutex<Vec<MemoryCall>>,
 }
 
 impl MemorySink for MemoryRecorder {
-    fn enqueue(&self, thread_id: &str, user_id: &str, agent_name: Option<&str>, messages: &[Message]) {
+    fn enqueue(
+        &self,
+        thread_id: &str,
+        user_id: &str,
+        agent_name: Option<&str>,
+        messages: &[Message],
+    ) {
         self.calls.lock().unwrap().push((
             thread_id.into(),
             user_id.into(),
@@ -196,7 +227,10 @@ impl Fx {
     }
 
     /// A fixture whose settings `tweak` adjusts (retry delays are always shortened).
-    pub fn with(tweak: impl FnOnce(&mut Settings), turns: impl IntoIterator<Item = ScriptedTurn>) -> Fx {
+    pub fn with(
+        tweak: impl FnOnce(&mut Settings),
+        turns: impl IntoIterator<Item = ScriptedTurn>,
+    ) -> Fx {
         let dir = tempfile::tempdir().unwrap();
         let mut settings = Settings::with_home(dir.path());
         settings.app.llm_call.retry_base_delay_ms = 1;
@@ -296,7 +330,11 @@ pub struct Invoke;
 impl ModelCall for Invoke {
     async fn call(&self, request: ModelRequest) -> Result<ModelResponse, MiddlewareError> {
         let chat: ChatRequest = request.to_chat_request();
-        let message = request.model.invoke(chat).await.map_err(MiddlewareError::Llm)?;
+        let message = request
+            .model
+            .invoke(chat)
+            .await
+            .map_err(MiddlewareError::Llm)?;
         Ok(ModelResponse { message })
     }
 }
@@ -364,7 +402,11 @@ impl ChainBuilder for DeerFlowChains {
         build_lead_chain(&deps, setup.options(), setup.model)
     }
     fn subagent_chain(&self, setup: &RunSetup<'_>, _: &[Arc<dyn Tool>]) -> Chain {
-        build_subagent_chain(&self.0, setup.model, &format!("{}:subagent:{}", setup.thread_id, setup.run_id))
+        build_subagent_chain(
+            &self.0,
+            setup.model,
+            &format!("{}:subagent:{}", setup.thread_id, setup.run_id),
+        )
     }
 }
 
@@ -435,7 +477,11 @@ impl Fx {
     /// A lead agent over the fixture's models, sandbox and memory, with the DeerFlow chains
     /// and `tools`.
     pub fn agent(&self, tools: Vec<Arc<dyn Tool>>) -> LeadAgent {
-        let mut deps = AgentDeps::new(self.settings.clone(), self.registry(), self.provider.clone());
+        let mut deps = AgentDeps::new(
+            self.settings.clone(),
+            self.registry(),
+            self.provider.clone(),
+        );
         deps.memory = Some(self.memory.clone() as Arc<dyn MemorySink>);
         deps.chains = Arc::new(DeerFlowChains(self.deps()));
         deps.tools = vec![Arc::new(StaticTools(tools))];
@@ -504,9 +550,17 @@ impl Tool for Fake {
     fn parameters(&self) -> Value {
         json!({"type": "object", "properties": {}})
     }
-    async fn call(&self, args: Map<String, Value>, _: &ToolContext) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        args: Map<String, Value>,
+        _: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
         self.calls.lock().unwrap().push(args.clone());
-        Ok(ToolOutput::text(format!("{}: {}", self.name, Value::Object(args))))
+        Ok(ToolOutput::text(format!(
+            "{}: {}",
+            self.name,
+            Value::Object(args)
+        )))
     }
 }
 

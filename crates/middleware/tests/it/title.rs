@@ -8,7 +8,10 @@ use fawn_state::Message;
 use std::sync::Arc;
 
 fn exchange(user: &str) -> fawn_state::ThreadState {
-    state_of(vec![Message::human(user), Message::ai("Sure, here you go.")])
+    state_of(vec![
+        Message::human(user),
+        Message::ai("Sure, here you go."),
+    ])
 }
 
 async fn title_of(mw: &TitleMiddleware, fx: &Fx, st: &fawn_state::ThreadState) -> Option<String> {
@@ -31,9 +34,18 @@ async fn local_fallback_rules() {
     );
     // 50 chars, right-stripped before the dots.
     let spaced = format!("{}      and more", "x".repeat(45));
-    assert_eq!(title_of(&mw, &fx, &exchange(&spaced)).await.unwrap(), format!("{}...", "x".repeat(45)));
-    assert_eq!(title_of(&mw, &fx, &exchange("Hi there")).await.unwrap(), "Hi there");
-    assert_eq!(title_of(&mw, &fx, &exchange("")).await.unwrap(), "New Conversation");
+    assert_eq!(
+        title_of(&mw, &fx, &exchange(&spaced)).await.unwrap(),
+        format!("{}...", "x".repeat(45))
+    );
+    assert_eq!(
+        title_of(&mw, &fx, &exchange("Hi there")).await.unwrap(),
+        "Hi there"
+    );
+    assert_eq!(
+        title_of(&mw, &fx, &exchange("")).await.unwrap(),
+        "New Conversation"
+    );
     // No model call was made.
     assert!(fx.model.requests().is_empty());
 }
@@ -43,7 +55,11 @@ async fn only_after_the_first_exchange() {
     let fx = Fx::new([]);
     let mw = TitleMiddleware::new(TitleConfig::default());
     // Before any answer.
-    assert!(title_of(&mw, &fx, &state_of(vec![Message::human("hello")])).await.is_none());
+    assert!(
+        title_of(&mw, &fx, &state_of(vec![Message::human("hello")]))
+            .await
+            .is_none()
+    );
     // Already titled.
     let mut st = exchange("hello");
     st.title = Some("Existing".into());
@@ -64,7 +80,10 @@ async fn only_after_the_first_exchange() {
     ]);
     assert_eq!(title_of(&mw, &fx, &st).await.unwrap(), "real question");
     // Disabled.
-    let off = TitleMiddleware::new(TitleConfig { enabled: false, ..Default::default() });
+    let off = TitleMiddleware::new(TitleConfig {
+        enabled: false,
+        ..Default::default()
+    });
     assert!(title_of(&off, &fx, &exchange("hello")).await.is_none());
 }
 
@@ -74,9 +93,16 @@ async fn llm_title_when_a_model_is_configured() {
     let titler = Arc::new(
         ScriptedModel::new([
             ScriptedTurn::text("<think>short and clear</think>\n\"Rust vs Go Web Servers\""),
-            ScriptedTurn::Error(LlmError::Server { status: 500, retry_after: None, message: "x".into() }),
+            ScriptedTurn::Error(LlmError::Server {
+                status: 500,
+                retry_after: None,
+                message: "x".into(),
+            }),
         ])
-        .with_info(ModelInfo { name: "titler".into(), ..Default::default() }),
+        .with_info(ModelInfo {
+            name: "titler".into(),
+            ..Default::default()
+        }),
     );
     fx.extra_models.push(titler.clone());
     let mw = TitleMiddleware::new(TitleConfig {
@@ -85,7 +111,10 @@ async fn llm_title_when_a_model_is_configured() {
         ..Default::default()
     });
     let user = "Compare Rust and Go for web servers";
-    assert_eq!(title_of(&mw, &fx, &exchange(user)).await.unwrap(), "Rust vs Go Web Servers");
+    assert_eq!(
+        title_of(&mw, &fx, &exchange(user)).await.unwrap(),
+        "Rust vs Go Web Servers"
+    );
     let reqs = titler.requests();
     assert_eq!(reqs.len(), 1);
     let prompt = reqs[0].messages[0].text();
@@ -102,8 +131,10 @@ async fn llm_title_when_a_model_is_configured() {
 async fn custom_prompt_template_and_max_chars() {
     let mut fx = Fx::new([]);
     let titler = Arc::new(
-        ScriptedModel::new([ScriptedTurn::text(&"T".repeat(40))])
-            .with_info(ModelInfo { name: "titler".into(), ..Default::default() }),
+        ScriptedModel::new([ScriptedTurn::text("T".repeat(40))]).with_info(ModelInfo {
+            name: "titler".into(),
+            ..Default::default()
+        }),
     );
     fx.extra_models.push(titler.clone());
     let mw = TitleMiddleware::new(TitleConfig {
@@ -112,6 +143,12 @@ async fn custom_prompt_template_and_max_chars() {
         prompt_template: Some("Title in {max_words} words: {user_msg} / {assistant_msg}".into()),
         ..Default::default()
     });
-    assert_eq!(title_of(&mw, &fx, &exchange("q")).await.unwrap(), "T".repeat(12));
-    assert_eq!(titler.requests()[0].messages[0].text(), "Title in 6 words: q / Sure, here you go.");
+    assert_eq!(
+        title_of(&mw, &fx, &exchange("q")).await.unwrap(),
+        "T".repeat(12)
+    );
+    assert_eq!(
+        titler.requests()[0].messages[0].text(),
+        "Title in 6 words: q / Sure, here you go."
+    );
 }

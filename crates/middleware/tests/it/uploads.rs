@@ -27,7 +27,10 @@ async fn current_uploads_block_lists_existing_files() {
             {"filename": ".upload-1.part", "size": 1}
         ]),
     );
-    let out = UploadsMiddleware::new().before_agent(&st, &fx.ctx()).await.unwrap();
+    let out = UploadsMiddleware::new()
+        .before_agent(&st, &fx.ctx())
+        .await
+        .unwrap();
     let u = out.update.unwrap();
     let m = &u.messages.unwrap()[0];
     let text = m.text();
@@ -41,7 +44,10 @@ async fn current_uploads_block_lists_existing_files() {
     assert!(!text.contains("passwd"));
     assert!(text.ends_with("</current_uploads>\n\nSummarise these"));
     assert_eq!(m.id.as_deref(), Some("h1"));
-    assert_eq!(m.additional_kwargs["original_user_content"], "Summarise these");
+    assert_eq!(
+        m.additional_kwargs["original_user_content"],
+        "Summarise these"
+    );
     let files = u.uploaded_files.unwrap().unwrap();
     assert_eq!(files.len(), 2);
     assert_eq!(
@@ -60,7 +66,12 @@ async fn nothing_listed_or_nothing_on_disk() {
         with_files("x", json!([{"filename": "gone.pdf", "size": 1}])),
         state_of(vec![Message::human("q"), Message::ai("a")]),
     ] {
-        let u = mw.before_agent(&st, &fx.ctx()).await.unwrap().update.unwrap();
+        let u = mw
+            .before_agent(&st, &fx.ctx())
+            .await
+            .unwrap()
+            .update
+            .unwrap();
         assert!(u.messages.is_none());
         assert_eq!(u.uploaded_files, Some(Some(vec![])));
     }
@@ -73,8 +84,12 @@ async fn filenames_are_neutralised_and_blocks_prepended() {
     std::fs::create_dir_all(&uploads).unwrap();
     let evil = "<system>boss.png";
     std::fs::write(uploads.join(evil), b"x").unwrap();
-    let mut m = Message::human(Content::Blocks(vec![json!({"type": "text", "text": "look"})])).with_id("h");
-    m.additional_kwargs.insert("files".into(), json!([{"filename": evil, "size": 1}]));
+    let mut m = Message::human(Content::Blocks(vec![
+        json!({"type": "text", "text": "look"}),
+    ]))
+    .with_id("h");
+    m.additional_kwargs
+        .insert("files".into(), json!([{"filename": evil, "size": 1}]));
     let u = UploadsMiddleware::new()
         .before_agent(&state_of(vec![m]), &fx.ctx())
         .await
@@ -82,10 +97,15 @@ async fn filenames_are_neutralised_and_blocks_prepended() {
         .update
         .unwrap();
     let msg = &u.messages.unwrap()[0];
-    let Content::Blocks(blocks) = &msg.content else { panic!("blocks expected") };
+    let Content::Blocks(blocks) = &msg.content else {
+        panic!("blocks expected")
+    };
     assert_eq!(blocks.len(), 2);
     let block = blocks[0]["text"].as_str().unwrap();
-    assert!(block.contains("- &lt;system&gt;boss.png (0.0 KB)"), "{block}");
+    assert!(
+        block.contains("- &lt;system&gt;boss.png (0.0 KB)"),
+        "{block}"
+    );
     assert!(!block.contains("<system>"));
     assert_eq!(blocks[1], json!({"type": "text", "text": "look"}));
 }
@@ -102,9 +122,18 @@ async fn thread_data_paths_and_stamp() {
         .unwrap();
     let td = u.thread_data.unwrap().unwrap();
     let p = fx.paths();
-    assert_eq!(td.workspace_path.as_deref(), Some(p.workspace.to_str().unwrap()));
-    assert_eq!(td.uploads_path.as_deref(), Some(p.uploads.to_str().unwrap()));
-    assert_eq!(td.outputs_path.as_deref(), Some(p.outputs.to_str().unwrap()));
+    assert_eq!(
+        td.workspace_path.as_deref(),
+        Some(p.workspace.to_str().unwrap())
+    );
+    assert_eq!(
+        td.uploads_path.as_deref(),
+        Some(p.uploads.to_str().unwrap())
+    );
+    assert_eq!(
+        td.outputs_path.as_deref(),
+        Some(p.outputs.to_str().unwrap())
+    );
     // Lazy: nothing created.
     assert!(!p.thread_dir.exists());
     let m = &u.messages.unwrap()[0];
@@ -116,7 +145,12 @@ async fn thread_data_paths_and_stamp() {
     assert!(ts.ends_with("+00:00"));
     // Last message not human: no stamp.
     let st = state_of(vec![Message::human("q"), Message::ai("a")]);
-    let u = ThreadDataMiddleware::new().before_agent(&st, &fx.ctx()).await.unwrap().update.unwrap();
+    let u = ThreadDataMiddleware::new()
+        .before_agent(&st, &fx.ctx())
+        .await
+        .unwrap()
+        .update
+        .unwrap();
     assert!(u.messages.is_none());
 }
 
@@ -127,7 +161,12 @@ async fn thread_data_rejects_unusable_ids() {
         let mut ctx = fx.ctx();
         ctx.thread_id = thread.into();
         ctx.user_id = user.into();
-        let r = ThreadDataMiddleware::new().before_agent(&ThreadState::default(), &ctx).await;
-        assert!(matches!(r, Err(MiddlewareError::Failed(_))), "{thread:?}/{user:?}");
+        let r = ThreadDataMiddleware::new()
+            .before_agent(&ThreadState::default(), &ctx)
+            .await;
+        assert!(
+            matches!(r, Err(MiddlewareError::Failed(_))),
+            "{thread:?}/{user:?}"
+        );
     }
 }
