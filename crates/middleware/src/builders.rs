@@ -15,7 +15,7 @@ use crate::clarification::ClarificationMiddleware;
 use crate::dangling::DanglingToolCallMiddleware;
 use crate::dynamic_context::DynamicContextMiddleware;
 use crate::input_sanitization::InputSanitizationMiddleware;
-use crate::llm_error::{CircuitBreaker, LLMErrorHandlingMiddleware, LlmConcurrency};
+use crate::llm_error::{CircuitBreakers, LLMErrorHandlingMiddleware, LlmConcurrency};
 use crate::loop_detection::{LoopDetectionMiddleware, LoopTracker};
 use crate::memory::MemoryMiddleware;
 use crate::sandbox::SandboxMiddleware;
@@ -36,12 +36,13 @@ use fawn_tools::Tool;
 use fawn_tools::builtins::WriteTodosTool;
 use std::sync::Arc;
 
-/// State DeerFlow keeps per process, shared by every run's chain: the LLM circuit breaker,
-/// the cap on concurrent model calls and the per-thread loop-detection history. Create it
+/// State DeerFlow keeps per process, shared by every run's chain: the LLM circuit breakers
+/// (one per model), the cap on concurrent model calls and the per-thread loop-detection
+/// history. Create it
 /// once at startup (the concurrency cap is fixed then).
 #[derive(Debug)]
 pub struct SharedState {
-    pub circuit: Arc<CircuitBreaker>,
+    pub circuits: Arc<CircuitBreakers>,
     pub llm_limiter: LlmConcurrency,
     pub loops: Arc<LoopTracker>,
 }
@@ -49,7 +50,7 @@ pub struct SharedState {
 impl SharedState {
     pub fn new(app: &AppConfig) -> Self {
         SharedState {
-            circuit: Arc::new(CircuitBreaker::from_config(&app.circuit_breaker)),
+            circuits: Arc::new(CircuitBreakers::from_config(&app.circuit_breaker)),
             llm_limiter: LlmConcurrency::new(app.llm_call.max_concurrent_calls),
             loops: Arc::new(LoopTracker::new(app.loop_detection.max_tracked_threads)),
         }
@@ -117,7 +118,7 @@ impl ChainDeps {
         v.push(Arc::new(DanglingToolCallMiddleware::new()));
         v.push(Arc::new(LLMErrorHandlingMiddleware::new(
             app.llm_call.clone(),
-            self.shared.circuit.clone(),
+            self.shared.circuits.clone(),
             self.shared.llm_limiter.clone(),
         )));
         v.push(Arc::new(ToolErrorHandlingMiddleware::new()));

@@ -235,8 +235,8 @@ fn shared_state_is_per_process() {
     let deps = fx.deps();
     let a = deps.clone();
     assert!(std::sync::Arc::ptr_eq(
-        &a.shared.circuit,
-        &deps.shared.circuit
+        &a.shared.circuits,
+        &deps.shared.circuits
     ));
     assert!(std::sync::Arc::ptr_eq(&a.shared.loops, &deps.shared.loops));
     let other = fx.deps();
