@@ -21,7 +21,7 @@ use fawn_tools::{
     ToolContext,
 };
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio::sync::mpsc::UnboundedSender;
@@ -43,8 +43,9 @@ pub struct SubagentPool {
     parent: ResolvedRun,
     thread_id: String,
     run_id: String,
-    /// The lead's tools.
-    tools: Vec<Arc<dyn Tool>>,
+    /// The lead's tools (set once they are assembled; the `task` tool is built from
+    /// [`SubagentRunner::available`] before that).
+    tools: OnceLock<Vec<Arc<dyn Tool>>>,
     running: Arc<Semaphore>,
     started: AtomicU32,
 }
@@ -64,7 +65,6 @@ impl SubagentPool {
         parent: ResolvedRun,
         thread_id: &str,
         run_id: &str,
-        tools: Vec<Arc<dyn Tool>>,
     ) -> SubagentPool {
         let permits = parent.options.max_concurrent_subagents.max(1) as usize;
         SubagentPool {
@@ -72,19 +72,35 @@ impl SubagentPool {
             parent,
             thread_id: thread_id.to_string(),
             run_id: run_id.to_string(),
-            tools,
+            tools: OnceLock::new(),
             running: Arc::new(Semaphore::new(permits)),
             started: AtomicU32::new(0),
         }
     }
 
-    /// Whether the lead has a `bash` tool (the `bash` subagent needs one).
+    /// Gives the pool the lead's tools (once).
+    pub(crate) fn set_tools(&self, tools: Vec<Arc<dyn Tool>>) {
+        let _ = self.tools.set(tools);
+    }
+
+    fn tools(&self) -> &[Arc<dyn Tool>] {
+        self.tools.get().map(Vec::as_slice).unwrap_or_default()
+    }
+
+    /// Whether the lead has a `bash` tool (the `bash` subagent needs one). Before the tools
+    /// are known: whether the sandbox can run bash and `config.yaml` declares one.
     pub fn bash_available(&self) -> bool {
-        self.tools.iter().any(|t| t.name() == "bash")
+        match self.tools.get() {
+            Some(tools) => tools.iter().any(|t| t.name() == "bash"),
+            None => {
+                self.deps.bash_available
+                    && self.deps.settings.app.tools.iter().any(|t| t.name == "bash")
+            }
+        }
     }
 
     fn parent_tools_except(&self, excluded: &[&str]) -> Vec<Arc<dyn Tool>> {
-        self.tools
+        self.tools()
             .iter()
             .filter(|t| !excluded.contains(&t.name()))
             .cloned()
@@ -133,7 +149,7 @@ impl SubagentPool {
                     );
                 }
                 let tools = self
-                    .tools
+                    .tools()
                     .iter()
                     .filter(|t| BASH_TOOLS.contains(&t.name()))
                     .cloned()
@@ -151,7 +167,7 @@ impl SubagentPool {
                 let tools = match &c.tools {
                     None => self.parent_tools_except(&EXCLUDED_TOOLS),
                     Some(allow) => self
-                        .tools
+                        .tools()
                         .iter()
                         .filter(|t| {
                             allow.iter().any(|a| a == t.name()) && !EXCLUDED_TOOLS.contains(&t.name())
@@ -292,6 +308,8 @@ impl SubagentRunner for SubagentPool {
                 thread_id: &self.thread_id,
                 run_id: &self.run_id,
                 memory: None,
+                subagents: None,
+                subagent_task: Some(&request.task_id),
             };
             self.deps.chains.subagent_chain(&rs, &setup.tools)
         };
