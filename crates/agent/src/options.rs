@@ -242,7 +242,8 @@ pub struct ResolvedRun {
     pub context: Map<String, Value>,
     /// The custom agent, when `agent_name` names one (not in bootstrap mode).
     pub agent: Option<AgentProfile>,
-    /// `non_interactive` or `disable_clarification`: no clarification questions.
+    /// `non_interactive` (internal callers): no `ask_clarification` tool at all.
+    /// (`disable_clarification` keeps the tool; the clarification middleware answers it.)
     pub non_interactive: bool,
     /// Things that were adjusted (unknown model, thinking forced off, …).
     pub warnings: Vec<String>,
@@ -353,7 +354,7 @@ pub fn resolve_options(
         user_id: run_user_id(cfg),
         context: cfg.clone(),
         agent: agent.cloned(),
-        non_interactive: flag(cfg, "non_interactive") || flag(cfg, "disable_clarification"),
+        non_interactive: flag(cfg, "non_interactive"),
         warnings,
     })
 }

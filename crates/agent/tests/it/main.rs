@@ -4,6 +4,7 @@
 
 mod support;
 
+mod deerflow_chain;
 mod hooks;
 mod interrupts;
 mod loop_basics;
