@@ -274,7 +274,7 @@ impl SubagentRunner for SubagentPool {
                 SubagentStatus::Failed,
                 &model_name,
                 Some(format!(
-                    "Subagent limit reached: at most {max_total} subagents may run in one turn."
+                    "Subagent limit reached: at most {max_total} subagents may run in one run of the lead agent."
                 )),
             );
         }
