@@ -318,7 +318,11 @@ impl LeadAgent {
             }
             Plan::Run { begin } => (begin, start.is_fork.then(|| start.next.clone())),
         };
-        let known_sandbox = start.state.sandbox.as_ref().and_then(|s| s.sandbox_id.clone());
+        let known_sandbox = start
+            .state
+            .sandbox
+            .as_ref()
+            .and_then(|s| s.sandbox_id.clone());
         let events: Arc<dyn EventSink> = observer.clone();
         let ctx = RunContext {
             thread_id: thread_id.clone(),
@@ -364,8 +368,7 @@ impl LeadAgent {
         } else {
             start.step
         };
-        let subagents: Option<Arc<dyn SubagentRunner>> =
-            pool.map(|p| p as Arc<dyn SubagentRunner>);
+        let subagents: Option<Arc<dyn SubagentRunner>> = pool.map(|p| p as Arc<dyn SubagentRunner>);
         let output = Loop::new(&graph, &ctx, &cfg, Arc::new(start.state), start_step)
             .with_observer(observer.as_ref())
             .with_subagents(subagents)
@@ -441,9 +444,13 @@ fn fallback_class(kind: &str) -> &'static str {
 /// How a run begins.
 #[derive(Debug)]
 enum Plan {
-    Run { begin: Begin },
+    Run {
+        begin: Begin,
+    },
     /// Nothing to run (a finished thread, or a pending question without an answer).
-    Nothing { interrupts: Vec<Interrupt> },
+    Nothing {
+        interrupts: Vec<Interrupt>,
+    },
 }
 
 /// The node a checkpoint's `next` names; unknown names (a chain that changed since) resume
@@ -453,7 +460,10 @@ fn resume_node(topology: &Topology, name: &str) -> Node {
         Some(Node::Start) => topology.entry(),
         Some(n) => n,
         None => {
-            tracing::warn!(node = name, "checkpoint names an unknown node; resuming at the model");
+            tracing::warn!(
+                node = name,
+                "checkpoint names an unknown node; resuming at the model"
+            );
             topology.loop_entry()
         }
     }
@@ -523,7 +533,10 @@ fn plan_start(
                 u.merge(extra);
             }
             return Ok(Plan::Run {
-                begin: Begin::Input { update: u, then: goto },
+                begin: Begin::Input {
+                    update: u,
+                    then: goto,
+                },
             });
         }
     }

@@ -34,8 +34,8 @@ pub mod prompt;
 pub mod subagents;
 
 pub use contract::*;
-pub use engine::AgentGraph;
 pub use deerflow::{DeerFlowChains, DeerFlowSkills, DeerFlowTools};
+pub use engine::AgentGraph;
 pub use lead::{
     AgentDeps, ChainBuilder, LEAD_AGENT_GRAPH_ID, LeadAgent, NoMiddlewares, NoSkills, RunSetup,
     SkillsPrompt, StaticTools, ToolSource,

@@ -138,7 +138,12 @@ fn subagent_section(s: &mut String, sub: &SubagentPrompt) {
     );
     for a in &sub.available {
         let first_line = a.description.lines().next().unwrap_or_default().trim();
-        let _ = writeln!(s, "- **{}**: {}", html_escape(&a.name), html_escape(first_line));
+        let _ = writeln!(
+            s,
+            "- **{}**: {}",
+            html_escape(&a.name),
+            html_escape(first_line)
+        );
     }
     let direct = if sub.bash_available {
         "bash, ls, read_file, web_search, …"
@@ -238,12 +243,10 @@ pub fn builtin_subagent_description(name: &str, bash_available: bool) -> Option<
         "general-purpose" => Some(
             "For any non-trivial task: web research, code exploration, file operations, analysis.",
         ),
-        "bash" if bash_available => {
-            Some("For command execution: git, builds, tests, deployments.")
+        "bash" if bash_available => Some("For command execution: git, builds, tests, deployments."),
+        "bash" => {
+            Some("Not available with the current sandbox configuration (host bash is disabled).")
         }
-        "bash" => Some(
-            "Not available with the current sandbox configuration (host bash is disabled).",
-        ),
         _ => None,
     }
 }
@@ -355,7 +358,10 @@ mod tests {
             bash_available: false,
         });
         let s = lead_system_prompt(&p);
-        order(&s, &["<skill_system>", "<subagent_system>", "<working_directory"]);
+        order(
+            &s,
+            &["<skill_system>", "<subagent_system>", "<working_directory"],
+        );
         assert!(s.contains("at most 2 `task` calls in one response"));
         assert!(s.contains("at most 7 `task` calls in this whole run"));
         assert!(s.contains("- **general-purpose**: For any task.\n"));
@@ -386,7 +392,13 @@ mod tests {
     #[test]
     fn subagent_prompts() {
         let g = subagent_system_prompt("general-purpose");
-        for t in ["<guidelines>", "<tool_restrictions>", "<file_editing_workflow>", "<output_format>", "<working_directory>"] {
+        for t in [
+            "<guidelines>",
+            "<tool_restrictions>",
+            "<file_editing_workflow>",
+            "<output_format>",
+            "<working_directory>",
+        ] {
             assert!(g.contains(t), "{t}");
         }
         assert!(subagent_system_prompt("bash").contains("command-execution"));

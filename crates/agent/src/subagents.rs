@@ -94,7 +94,13 @@ impl SubagentPool {
             Some(tools) => tools.iter().any(|t| t.name() == "bash"),
             None => {
                 self.deps.bash_available
-                    && self.deps.settings.app.tools.iter().any(|t| t.name == "bash")
+                    && self
+                        .deps
+                        .settings
+                        .app
+                        .tools
+                        .iter()
+                        .any(|t| t.name == "bash")
             }
         }
     }
@@ -111,7 +117,10 @@ impl SubagentPool {
         match name {
             Some(n) if n != "inherit" && !n.is_empty() => {
                 self.deps.models.get(n).unwrap_or_else(|| {
-                    tracing::warn!(model = n, "subagent model not configured; using the parent's");
+                    tracing::warn!(
+                        model = n,
+                        "subagent model not configured; using the parent's"
+                    );
                     self.parent.model.clone()
                 })
             }
@@ -170,7 +179,8 @@ impl SubagentPool {
                         .tools()
                         .iter()
                         .filter(|t| {
-                            allow.iter().any(|a| a == t.name()) && !EXCLUDED_TOOLS.contains(&t.name())
+                            allow.iter().any(|a| a == t.name())
+                                && !EXCLUDED_TOOLS.contains(&t.name())
                         })
                         .cloned()
                         .collect(),
@@ -195,11 +205,7 @@ impl SubagentPool {
         }
     }
 
-    fn outcome(
-        status: SubagentStatus,
-        model_name: &str,
-        error: Option<String>,
-    ) -> SubagentOutcome {
+    fn outcome(status: SubagentStatus, model_name: &str, error: Option<String>) -> SubagentOutcome {
         SubagentOutcome {
             status,
             result: String::new(),
@@ -264,7 +270,11 @@ impl SubagentRunner for SubagentPool {
         let setup = match self.setup_for(&request.subagent_type) {
             Ok(s) => s,
             Err(e) => {
-                return Self::outcome(SubagentStatus::Failed, &self.parent.options.model_name, Some(e));
+                return Self::outcome(
+                    SubagentStatus::Failed,
+                    &self.parent.options.model_name,
+                    Some(e),
+                );
             }
         };
         let model_name = setup.model.info().name.clone();
@@ -371,15 +381,19 @@ impl SubagentRunner for SubagentPool {
         let (result, usage) = summarize(&output.state);
         let stop_reason = rctx.stop_reason();
         let (status, error, stop_reason) = match output.end {
-            LoopEnd::Done { .. } | LoopEnd::Paused => (SubagentStatus::Completed, None, stop_reason),
+            LoopEnd::Done { .. } | LoopEnd::Paused => {
+                (SubagentStatus::Completed, None, stop_reason)
+            }
             LoopEnd::RecursionLimit(_) => (
                 SubagentStatus::Completed,
                 None,
                 Some("turn_capped".to_string()),
             ),
-            LoopEnd::Failed { error, message } => {
-                (SubagentStatus::Failed, Some(format!("{error}: {message}")), stop_reason)
-            }
+            LoopEnd::Failed { error, message } => (
+                SubagentStatus::Failed,
+                Some(format!("{error}: {message}")),
+                stop_reason,
+            ),
             LoopEnd::Cancelled => (
                 SubagentStatus::Cancelled,
                 Some("Task cancelled by user.".into()),

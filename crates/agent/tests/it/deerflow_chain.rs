@@ -30,13 +30,22 @@ async fn real_chain_plain_turn() {
     let (out, rec) = run(&agent, spec("Say hello")).await;
     ok(&out);
     let nodes = rec.updated_nodes();
-    assert!(nodes.contains(&"ThreadDataMiddleware.before_agent".to_string()), "{nodes:?}");
+    assert!(
+        nodes.contains(&"ThreadDataMiddleware.before_agent".to_string()),
+        "{nodes:?}"
+    );
     assert!(nodes.contains(&"model".to_string()));
-    assert!(nodes.contains(&"TitleMiddleware.after_model".to_string()), "{nodes:?}");
+    assert!(
+        nodes.contains(&"TitleMiddleware.after_model".to_string()),
+        "{nodes:?}"
+    );
     let state = rec.last_state();
     assert_eq!(state.title.as_deref(), Some("Say hello"));
     assert!(state.thread_data.is_some());
-    assert_eq!(state.messages.last().unwrap().text(), "Hello from the lead agent.");
+    assert_eq!(
+        state.messages.last().unwrap().text(),
+        "Hello from the lead agent."
+    );
     assert!(rec.checkpoints().last().unwrap().next.is_empty());
     // The model saw the composed prompt and DeerFlow's built-in tools.
     let req = &model.requests()[0];
@@ -93,14 +102,20 @@ async fn real_clarification_middleware_raises_an_interrupt() {
     let (out, rec2) = run(&agent, resume).await;
     ok(&out);
     let state = rec2.last_state();
-    assert_eq!(state.messages.last().unwrap().text(), "Deploying to production.");
+    assert_eq!(
+        state.messages.last().unwrap().text(),
+        "Deploying to production."
+    );
     let answer = state
         .messages
         .iter()
         .rev()
         .find(|m| m.kind == MessageKind::Human)
         .unwrap();
-    assert_eq!(answer.additional_kwargs["human_input_response"]["option_id"], "option-2");
+    assert_eq!(
+        answer.additional_kwargs["human_input_response"]["option_id"],
+        "option-2"
+    );
     assert!(rec2.checkpoints().last().unwrap().next.is_empty());
 }
 
@@ -111,16 +126,24 @@ async fn subagents_enabled_adds_task_tool_and_prompt_section() {
     let agent = deerflow_agent(home.path(), model.clone());
     let mut sp = spec("plan");
     sp.context.insert("subagent_enabled".into(), json!(true));
-    sp.context.insert("max_concurrent_subagents".into(), json!(9));
+    sp.context
+        .insert("max_concurrent_subagents".into(), json!(9));
     let (out, _) = run(&agent, sp).await;
     ok(&out);
     let req = &model.requests()[0];
     let prompt = req.messages[0].text();
     assert!(prompt.contains("<subagent_system>"));
-    assert!(prompt.contains("at most 4 `task` calls in one response"), "clamped to 4");
+    assert!(
+        prompt.contains("at most 4 `task` calls in one response"),
+        "clamped to 4"
+    );
     assert!(prompt.contains("- **general-purpose**"));
     assert!(!prompt.contains("- **bash**"), "no bash in this sandbox");
-    let task = req.tools.iter().find(|t| t.name == "task").expect("task tool");
+    let task = req
+        .tools
+        .iter()
+        .find(|t| t.name == "task")
+        .expect("task tool");
     assert_eq!(
         task.parameters["properties"]["subagent_type"]["enum"],
         json!(["general-purpose"])

@@ -13,7 +13,12 @@ fn agent_with_hooks() -> fawn_agent::LeadAgent {
         .tool(Echo)
         .middleware(Arc::new(Probe::new(
             "A",
-            &[Hook::BeforeAgent, Hook::BeforeModel, Hook::AfterModel, Hook::AfterAgent],
+            &[
+                Hook::BeforeAgent,
+                Hook::BeforeModel,
+                Hook::AfterModel,
+                Hook::AfterAgent,
+            ],
             &log,
         )))
         .middleware(Arc::new(Probe::new("B", &[Hook::AfterModel], &log)))
@@ -82,7 +87,10 @@ fn describe_draws_hook_nodes_and_edges() {
     assert!(d.state_schema["properties"]["messages"].is_object());
     assert!(d.input_schema["properties"]["todos"].is_object());
     assert!(d.config_schema["properties"]["thinking_enabled"].is_object());
-    assert_eq!(d.context_schema["properties"]["max_concurrent_subagents"]["maximum"], 4);
+    assert_eq!(
+        d.context_schema["properties"]["max_concurrent_subagents"]["maximum"],
+        4
+    );
 }
 
 #[test]
@@ -94,25 +102,46 @@ fn next_after_update_follows_the_edges() {
         ai_calling(),
         Message::tool("ok", "c1", Some("echo".into())).with_id("t"),
     ]);
-    let done = state_with(vec![Message::human("hi").with_id("h"), Message::ai("bye").with_id("a")]);
+    let done = state_with(vec![
+        Message::human("hi").with_id("h"),
+        Message::ai("bye").with_id("a"),
+    ]);
     let n = |as_node: Option<&str>, s: &ThreadState| agent.next_after_update(as_node, s);
     assert_eq!(n(Some("model"), &pending).unwrap(), ["B.after_model"]);
     assert_eq!(n(Some("A.after_model"), &pending).unwrap(), ["tools"]);
     assert_eq!(n(Some("A.after_model"), &done).unwrap(), ["A.after_agent"]);
     assert_eq!(n(Some("tools"), &answered).unwrap(), ["A.before_model"]);
-    assert_eq!(n(Some("A.before_agent"), &done).unwrap(), ["A.before_model"]);
-    assert_eq!(n(Some("A.after_agent"), &done).unwrap(), Vec::<String>::new());
+    assert_eq!(
+        n(Some("A.before_agent"), &done).unwrap(),
+        ["A.before_model"]
+    );
+    assert_eq!(
+        n(Some("A.after_agent"), &done).unwrap(),
+        Vec::<String>::new()
+    );
     assert_eq!(n(Some("__start__"), &done).unwrap(), ["A.before_agent"]);
     assert_eq!(n(Some("__input__"), &done).unwrap(), ["__start__"]);
     assert_eq!(n(None, &pending).unwrap(), ["tools"]);
     assert_eq!(n(None, &done).unwrap(), Vec::<String>::new());
     assert_eq!(n(Some("nope"), &done), Err(UnknownNode("nope".into())));
-    assert_eq!(n(Some("__end__"), &done), Err(UnknownNode("__end__".into())));
+    assert_eq!(
+        n(Some("__end__"), &done),
+        Err(UnknownNode("__end__".into()))
+    );
 
     // Without middlewares: model → tools when calls are pending, else the end.
     let bare = AgentBuilder::new(scripted([])).build();
-    assert_eq!(bare.next_after_update(Some("model"), &pending).unwrap(), ["tools"]);
-    assert_eq!(bare.next_after_update(Some("model"), &done).unwrap(), Vec::<String>::new());
-    assert_eq!(bare.next_after_update(Some("tools"), &answered).unwrap(), ["model"]);
+    assert_eq!(
+        bare.next_after_update(Some("model"), &pending).unwrap(),
+        ["tools"]
+    );
+    assert_eq!(
+        bare.next_after_update(Some("model"), &done).unwrap(),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        bare.next_after_update(Some("tools"), &answered).unwrap(),
+        ["model"]
+    );
     assert_eq!(bare.graph_id(), "lead_agent");
 }

@@ -10,12 +10,10 @@ use fawn_config::{CustomSubagentConfig, Settings, SubagentOverride};
 use fawn_llm::scripted::{ScriptedModel, ScriptedTurn};
 use fawn_llm::{ChatModel, ChatRequest, ChunkStream, LlmError, ModelInfo, ModelRegistry};
 use fawn_state::{Message, MessageKind, ThreadState};
-use fawn_tools::{
-    SandboxSlot, SubagentRequest, SubagentRunner, SubagentStatus, ToolContext,
-};
+use fawn_tools::{SandboxSlot, SubagentRequest, SubagentRunner, SubagentStatus, ToolContext};
 use serde_json::{Map, json};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -162,11 +160,20 @@ async fn general_purpose_runs_a_nested_loop_with_the_parents_tools_minus_three()
             ScriptedTurn::text("child result"),
         ],
     );
-    let f = fixture(child_is_default_for_general_purpose(), lead.clone(), child.clone(), json!({})).await;
+    let f = fixture(
+        child_is_default_for_general_purpose(),
+        lead.clone(),
+        child.clone(),
+        json!({}),
+    )
+    .await;
     let names: Vec<String> = f.pool.available().into_iter().map(|a| a.name).collect();
     assert_eq!(names, ["general-purpose"]);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let out = f.pool.run(request("general-purpose", "do the thing"), &f.ctx, tx).await;
+    let out = f
+        .pool
+        .run(request("general-purpose", "do the thing"), &f.ctx, tx)
+        .await;
     assert_eq!(out.status, SubagentStatus::Completed, "{out:?}");
     assert_eq!(out.result, "child result");
     assert_eq!(out.model_name, "child");
@@ -197,10 +204,18 @@ async fn bash_is_refused_without_a_bash_tool_and_unknown_types_fail() {
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let out = f.pool.run(request("bash", "ls"), &f.ctx, tx.clone()).await;
     assert_eq!(out.status, SubagentStatus::Failed);
-    assert!(out.error.unwrap().contains("bash subagent is not available"));
+    assert!(
+        out.error
+            .unwrap()
+            .contains("bash subagent is not available")
+    );
     let out = f.pool.run(request("wizard", "x"), &f.ctx, tx).await;
     assert_eq!(out.status, SubagentStatus::Failed);
-    assert!(out.error.unwrap().contains("Unknown subagent type 'wizard'. Available: general-purpose"));
+    assert!(
+        out.error
+            .unwrap()
+            .contains("Unknown subagent type 'wizard'. Available: general-purpose")
+    );
 }
 
 #[tokio::test]
@@ -246,18 +261,35 @@ async fn turn_cap_timeout_and_cancellation() {
                 provider: "mock".into(),
                 ..Default::default()
             })
-            .with_fallback(Some(ScriptedTurn::tool_call("echo", json!({"text": "again"}), "loop"))),
+            .with_fallback(Some(ScriptedTurn::tool_call(
+                "echo",
+                json!({"text": "again"}),
+                "loop",
+            ))),
     );
     let f = fixture(settings, lead.clone(), child.clone(), json!({})).await;
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let out = f.pool.run(request("general-purpose", "loop"), &f.ctx, tx).await;
+    let out = f
+        .pool
+        .run(request("general-purpose", "loop"), &f.ctx, tx)
+        .await;
     assert_eq!(out.status, SubagentStatus::Completed);
     assert_eq!(out.stop_reason.as_deref(), Some("turn_capped"));
-    assert_eq!(child.requests().len(), 2, "model, tools, model, tools: four turns");
+    assert_eq!(
+        child.requests().len(),
+        2,
+        "model, tools, model, tools: four turns"
+    );
 
     // Timeout: a per-type override of one second on a model that never answers.
     let mut settings = child_is_default_for_general_purpose();
-    settings.app.subagents.agents.get_mut("general-purpose").unwrap().timeout_seconds = Some(1);
+    settings
+        .app
+        .subagents
+        .agents
+        .get_mut("general-purpose")
+        .unwrap()
+        .timeout_seconds = Some(1);
     let (model, _) = hanging(None);
     let f = fixture(settings, named("lead", vec![]), model, json!({})).await;
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
@@ -272,7 +304,13 @@ async fn turn_cap_timeout_and_cancellation() {
 
     // Cancelling the parent cancels the child.
     let (model, _) = hanging(None);
-    let f = fixture(child_is_default_for_general_purpose(), named("lead", vec![]), model, json!({})).await;
+    let f = fixture(
+        child_is_default_for_general_purpose(),
+        named("lead", vec![]),
+        model,
+        json!({}),
+    )
+    .await;
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let cancel = f.ctx.cancel.clone();
     tokio::spawn(async move {
@@ -300,13 +338,19 @@ async fn concurrency_and_total_limits() {
     .await;
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let (a, b, c) = tokio::join!(
-        f.pool.run(request("general-purpose", "one"), &f.ctx, tx.clone()),
-        f.pool.run(request("general-purpose", "two"), &f.ctx, tx.clone()),
-        f.pool.run(request("general-purpose", "three"), &f.ctx, tx.clone()),
+        f.pool
+            .run(request("general-purpose", "one"), &f.ctx, tx.clone()),
+        f.pool
+            .run(request("general-purpose", "two"), &f.ctx, tx.clone()),
+        f.pool
+            .run(request("general-purpose", "three"), &f.ctx, tx.clone()),
     );
     let statuses = [a.status, b.status, c.status];
     assert_eq!(
-        statuses.iter().filter(|s| **s == SubagentStatus::Completed).count(),
+        statuses
+            .iter()
+            .filter(|s| **s == SubagentStatus::Completed)
+            .count(),
         2,
         "{statuses:?}"
     );
@@ -315,6 +359,10 @@ async fn concurrency_and_total_limits() {
         .find(|o| o.status == SubagentStatus::Failed)
         .unwrap();
     assert!(failed.error.unwrap().contains("Subagent limit reached"));
-    assert_eq!(max_seen.load(Ordering::SeqCst), 1, "never two children at once");
+    assert_eq!(
+        max_seen.load(Ordering::SeqCst),
+        1,
+        "never two children at once"
+    );
     let _ = ModelRegistry::default();
 }

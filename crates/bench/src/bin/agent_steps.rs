@@ -100,7 +100,11 @@ impl Tool for Echo {
     fn parameters(&self) -> Value {
         json!({"type": "object", "properties": {"text": {"type": "string"}}})
     }
-    async fn call(&self, args: Map<String, Value>, _: &ToolContext) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        args: Map<String, Value>,
+        _: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
         let t = args.get("text").and_then(Value::as_str).unwrap_or_default();
         Ok(ToolOutput::text(format!("echo: {t}")))
     }
@@ -118,7 +122,11 @@ impl SandboxProvider for NoSandbox {
     }
     async fn release(&self, _: &str) {}
     fn thread_paths(&self, thread_id: &str) -> ThreadPaths {
-        ThreadPaths::new(std::path::Path::new("/tmp/fawn-bench"), "default", thread_id)
+        ThreadPaths::new(
+            std::path::Path::new("/tmp/fawn-bench"),
+            "default",
+            thread_id,
+        )
     }
 }
 
@@ -143,7 +151,10 @@ impl EventSink for MemoryStore {
 impl RunObserver for MemoryStore {
     async fn checkpoint(&self, c: StepCheckpoint) -> Result<String, ObserverError> {
         let is_tools = c.writes.first().is_some_and(|(n, _)| n == "tools");
-        let mut rows = self.rows.lock().map_err(|_| ObserverError("poisoned".into()))?;
+        let mut rows = self
+            .rows
+            .lock()
+            .map_err(|_| ObserverError("poisoned".into()))?;
         rows.push((c.step, c.source.as_str(), c.writes, c.next));
         let id = rows.len();
         drop(rows);
@@ -159,7 +170,11 @@ impl RunObserver for MemoryStore {
 }
 
 /// Per-step framework overhead of one run of `steps` steps.
-async fn one_run(steps: usize, deerflow: bool, home: &std::path::Path) -> anyhow::Result<Vec<Duration>> {
+async fn one_run(
+    steps: usize,
+    deerflow: bool,
+    home: &std::path::Path,
+) -> anyhow::Result<Vec<Duration>> {
     let model_nanos = Arc::new(AtomicU64::new(0));
     let model = Arc::new(BenchModel {
         info: ModelInfo {
@@ -197,12 +212,18 @@ async fn one_run(steps: usize, deerflow: bool, home: &std::path::Path) -> anyhow
         ..Default::default()
     };
     let start = Instant::now();
-    let out = agent.run(spec, store.clone(), CancellationToken::new()).await;
+    let out = agent
+        .run(spec, store.clone(), CancellationToken::new())
+        .await;
     if !matches!(out, RunOutcome::Success { .. }) {
         anyhow::bail!("run failed: {out:?}");
     }
     let _ = start;
-    let ends = store.step_ends.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
+    let ends = store
+        .step_ends
+        .lock()
+        .map_err(|_| anyhow::anyhow!("poisoned"))?
+        .clone();
     if ends.len() != steps {
         anyhow::bail!("expected {steps} tool steps, saw {}", ends.len());
     }
@@ -237,7 +258,10 @@ async fn table(deerflow: bool, home: &std::path::Path) -> anyhow::Result<()> {
             "bare loop (no middlewares)"
         }
     );
-    println!("{:>6} {:>8} {:>10} {:>10} {:>10}", "steps", "samples", "p50 µs", "p99 µs", "mean µs");
+    println!(
+        "{:>6} {:>8} {:>10} {:>10} {:>10}",
+        "steps", "samples", "p50 µs", "p99 µs", "mean µs"
+    );
     // Warm up allocators and lazy statics.
     one_run(20, deerflow, home).await?;
     let mut p50_10 = None;
