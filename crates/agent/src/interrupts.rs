@@ -29,7 +29,9 @@ pub(crate) fn clarification_interrupt(message: &Message) -> Option<Interrupt> {
     let call_id = message.tool_call_id.clone().unwrap_or_default();
     let value = match message.artifact.get("human_input") {
         Some(Value::Object(o))
-            if o.get("kind").and_then(Value::as_str).unwrap_or("human_input_request")
+            if o.get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or("human_input_request")
                 == "human_input_request" =>
         {
             Value::Object(o.clone())
@@ -77,7 +79,9 @@ fn is_interrupt_id(s: &str) -> bool {
 pub(crate) fn answer_message(interrupt: &Interrupt, answer: &Value) -> Message {
     let request = &interrupt.value;
     let response = match answer {
-        Value::Object(o) if o.get("kind").and_then(Value::as_str) == Some("human_input_response") => {
+        Value::Object(o)
+            if o.get("kind").and_then(Value::as_str) == Some("human_input_response") =>
+        {
             Value::Object(o.clone())
         }
         other => {
@@ -147,7 +151,9 @@ pub(crate) fn command_update(v: &Value) -> Result<StateUpdate, StateError> {
                     Some([Value::String(k), v]) => {
                         // Repeated keys for reducer channels (messages) accumulate.
                         match (map.get_mut(k), v) {
-                            (Some(Value::Array(existing)), Value::Array(more)) if k == "messages" => {
+                            (Some(Value::Array(existing)), Value::Array(more))
+                                if k == "messages" =>
+                            {
                                 existing.extend(more.iter().cloned())
                             }
                             _ => {
@@ -205,7 +211,8 @@ mod tests {
             free.additional_kwargs["human_input_response"]["response_kind"],
             "text"
         );
-        let structured = json!({"kind": "human_input_response", "value": "x", "response_kind": "text"});
+        let structured =
+            json!({"kind": "human_input_response", "value": "x", "response_kind": "text"});
         let m = answer_message(&i, &structured);
         assert_eq!(m.additional_kwargs["human_input_response"], structured);
         assert_eq!(m.text(), "x");
@@ -224,8 +231,10 @@ mod tests {
 
     #[test]
     fn command_updates_accept_pairs() {
-        let u = command_update(&json!([["title", "T"], ["messages", [{"role": "user", "content": "a"}]],
-            ["messages", [{"role": "user", "content": "b"}]]]))
+        let u = command_update(
+            &json!([["title", "T"], ["messages", [{"role": "user", "content": "a"}]],
+            ["messages", [{"role": "user", "content": "b"}]]]),
+        )
         .unwrap();
         assert_eq!(u.title, Some(Some("T".into())));
         assert_eq!(u.messages.unwrap().len(), 2);

@@ -8,9 +8,7 @@ use crate::engine::{AgentGraph, Begin, Loop, LoopConfig, LoopEnd, recursion_mess
 use crate::graph::{self, Node, Topology, has_pending_tool_calls};
 use crate::interrupts;
 use crate::options::{ResolvedRun, SetupError, resolve_run};
-use crate::prompt::{
-    LeadPromptInputs, SkillSummary, SubagentPrompt, SubagentSummary, lead_system_prompt,
-};
+use crate::prompt::{LeadPromptInputs, SubagentPrompt, SubagentSummary, lead_system_prompt};
 use crate::subagents::SubagentPool;
 use async_trait::async_trait;
 use fawn_config::Settings;
@@ -38,6 +36,11 @@ pub struct RunSetup<'a> {
     pub run_id: &'a str,
     /// Memory queue, when memory is enabled.
     pub memory: Option<&'a Arc<dyn MemorySink>>,
+    /// The runner for `task` when subagents are enabled (tool sources build the `task`
+    /// tool from its `available()` list).
+    pub subagents: Option<Arc<dyn SubagentRunner>>,
+    /// Set when building a subagent's chain: the `task` call id it runs for.
+    pub subagent_task: Option<&'a str>,
 }
 
 impl RunSetup<'_> {
@@ -85,19 +88,13 @@ impl ToolSource for StaticTools {
     }
 }
 
-/// The skills a run may use, for the `<skill_system>` prompt section.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct SkillListing {
-    pub enabled: Vec<SkillSummary>,
-    pub disabled: Vec<String>,
-}
-
-/// Lists the skills of a run (the `tools` crate's skills module plugs in here).
+/// Renders the `<skill_system>` prompt section of a run (the `tools` crate's skills catalog
+/// plugs in here).
 #[async_trait]
-pub trait SkillCatalog: Send + Sync {
-    /// The skills visible to this run: enabled ones filtered by the custom agent's
-    /// allowlist (`{"bootstrap"}` in bootstrap mode).
-    async fn skills(&self, setup: &RunSetup<'_>) -> SkillListing;
+pub trait SkillsPrompt: Send + Sync {
+    /// The section for the skills visible to this run (enabled ones filtered by the custom
+    /// agent's allowlist; only `bootstrap` in bootstrap mode). `""` when there is none.
+    async fn skill_section(&self, setup: &RunSetup<'_>) -> String;
 }
 
 /// No skills.
@@ -105,9 +102,9 @@ pub trait SkillCatalog: Send + Sync {
 pub struct NoSkills;
 
 #[async_trait]
-impl SkillCatalog for NoSkills {
-    async fn skills(&self, _: &RunSetup<'_>) -> SkillListing {
-        SkillListing::default()
+impl SkillsPrompt for NoSkills {
+    async fn skill_section(&self, _: &RunSetup<'_>) -> String {
+        String::new()
     }
 }
 
@@ -123,7 +120,9 @@ pub struct AgentDeps {
     /// Tool sources, concatenated in order (default: none).
     pub tools: Vec<Arc<dyn ToolSource>>,
     /// Skills for the prompt (default: [`NoSkills`]).
-    pub skills: Arc<dyn SkillCatalog>,
+    pub skills: Arc<dyn SkillsPrompt>,
+    /// Whether the sandbox can run bash (the `bash` subagent needs it). Default false.
+    pub bash_available: bool,
 }
 
 impl AgentDeps {
@@ -141,13 +140,14 @@ impl AgentDeps {
             chains: Arc::new(NoMiddlewares),
             tools: Vec::new(),
             skills: Arc::new(NoSkills),
+            bash_available: false,
         }
     }
 }
 
 /// DeerFlow's lead agent as a LangGraph graph (`lead_agent`).
 ///
-/// ```ignore
+/// ```text
 /// let agent = LeadAgent::new(AgentDeps::new(settings, models, sandbox_provider));
 /// let outcome = agent.run(spec, observer, cancel).await;
 /// ```
@@ -190,6 +190,8 @@ impl LeadAgent {
             thread_id: "",
             run_id: "",
             memory: self.deps.memory.as_ref(),
+            subagents: None,
+            subagent_task: None,
         };
         Some(Topology::new(&self.deps.chains.lead_chain(&setup, &[])))
     }
@@ -201,6 +203,14 @@ impl LeadAgent {
         thread_id: &str,
         run_id: &str,
     ) -> Result<(AgentGraph, Option<Arc<SubagentPool>>), SetupError> {
+        let pool = run.options.subagent_enabled.then(|| {
+            Arc::new(SubagentPool::new(
+                self.deps.clone(),
+                run.clone(),
+                thread_id,
+                run_id,
+            ))
+        });
         let setup = RunSetup {
             settings: &self.deps.settings,
             models: &self.deps.models,
@@ -209,6 +219,8 @@ impl LeadAgent {
             thread_id,
             run_id,
             memory: self.deps.memory.as_ref(),
+            subagents: pool.clone().map(|p| p as Arc<dyn SubagentRunner>),
+            subagent_task: None,
         };
         let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
         for source in &self.deps.tools {
@@ -220,17 +232,11 @@ impl LeadAgent {
         if !run.options.subagent_enabled {
             tools.retain(|t| t.name() != "task");
         }
+        if let Some(p) = &pool {
+            p.set_tools(tools.clone());
+        }
         let chain = self.deps.chains.lead_chain(&setup, &tools);
-        let skills = self.deps.skills.skills(&setup).await;
-        let pool = run.options.subagent_enabled.then(|| {
-            Arc::new(SubagentPool::new(
-                self.deps.clone(),
-                run.clone(),
-                thread_id,
-                run_id,
-                tools.clone(),
-            ))
-        });
+        let skill_section = self.deps.skills.skill_section(&setup).await;
         let subagents = pool.as_ref().map(|p| SubagentPrompt {
             max_concurrent: run.options.max_concurrent_subagents,
             max_total: run.options.max_total_subagents,
@@ -253,9 +259,7 @@ impl LeadAgent {
             agent_name: run.options.agent_name.clone(),
             soul: run.agent.as_ref().and_then(|a| a.soul.clone()),
             subagents,
-            skills: skills.enabled,
-            disabled_skills: skills.disabled,
-            skills_path: self.deps.settings.app.skills.container_path.clone(),
+            skill_section,
             clarification: !run.non_interactive,
             bootstrap: run.options.is_bootstrap,
             extra_sections,
@@ -314,7 +318,11 @@ impl LeadAgent {
             }
             Plan::Run { begin } => (begin, start.is_fork.then(|| start.next.clone())),
         };
-        let known_sandbox = start.state.sandbox.as_ref().and_then(|s| s.sandbox_id.clone());
+        let known_sandbox = start
+            .state
+            .sandbox
+            .as_ref()
+            .and_then(|s| s.sandbox_id.clone());
         let events: Arc<dyn EventSink> = observer.clone();
         let ctx = RunContext {
             thread_id: thread_id.clone(),
@@ -360,8 +368,7 @@ impl LeadAgent {
         } else {
             start.step
         };
-        let subagents: Option<Arc<dyn SubagentRunner>> =
-            pool.map(|p| p as Arc<dyn SubagentRunner>);
+        let subagents: Option<Arc<dyn SubagentRunner>> = pool.map(|p| p as Arc<dyn SubagentRunner>);
         let output = Loop::new(&graph, &ctx, &cfg, Arc::new(start.state), start_step)
             .with_observer(observer.as_ref())
             .with_subagents(subagents)
@@ -400,36 +407,50 @@ fn setup_error(e: SetupError) -> RunOutcome {
     }
 }
 
-/// DeerFlow's error-handling middlewares end a failed run with a visible AI message marked
-/// `deerflow_error_fallback`; the run itself is then reported as an error.
+/// DeerFlow's error-handling middleware ends a failed model call with a visible AI message
+/// marked `deerflow_error_fallback`; the run itself is then reported as an error.
 fn error_fallback(state: &ThreadState) -> Option<RunOutcome> {
     let last = state.messages.last()?;
     if last.kind != MessageKind::Ai {
         return None;
     }
-    let kw = &last.additional_kwargs;
-    if kw.get("deerflow_error_fallback").and_then(Value::as_bool) != Some(true) {
-        return None;
+    let f = fawn_middleware::error_fallback(last)?;
+    let message = if f.error_detail.is_empty() {
+        last.text()
+    } else {
+        f.error_detail
+    };
+    Some(RunOutcome::Error {
+        error: fallback_class(&f.error_type).to_string(),
+        message,
+    })
+}
+
+/// The exception class for a fallback's `error_type` (an `LlmError::kind`).
+fn fallback_class(kind: &str) -> &'static str {
+    match kind {
+        "auth" => "AuthenticationError",
+        "quota" | "rate_limit" => "RateLimitError",
+        "timeout" => "APITimeoutError",
+        "connection" => "APIConnectionError",
+        "server" => "InternalServerError",
+        "bad_request" => "BadRequestError",
+        "malformed_response" => "APIError",
+        "circuit_open" => "CircuitBreakerOpenError",
+        _ => "LLMError",
     }
-    let error = kw
-        .get("error_type")
-        .and_then(Value::as_str)
-        .unwrap_or("LLMError")
-        .to_string();
-    let message = kw
-        .get("error_detail")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .unwrap_or_else(|| last.text());
-    Some(RunOutcome::Error { error, message })
 }
 
 /// How a run begins.
 #[derive(Debug)]
 enum Plan {
-    Run { begin: Begin },
+    Run {
+        begin: Begin,
+    },
     /// Nothing to run (a finished thread, or a pending question without an answer).
-    Nothing { interrupts: Vec<Interrupt> },
+    Nothing {
+        interrupts: Vec<Interrupt>,
+    },
 }
 
 /// The node a checkpoint's `next` names; unknown names (a chain that changed since) resume
@@ -439,7 +460,10 @@ fn resume_node(topology: &Topology, name: &str) -> Node {
         Some(Node::Start) => topology.entry(),
         Some(n) => n,
         None => {
-            tracing::warn!(node = name, "checkpoint names an unknown node; resuming at the model");
+            tracing::warn!(
+                node = name,
+                "checkpoint names an unknown node; resuming at the model"
+            );
             topology.loop_entry()
         }
     }
@@ -509,7 +533,10 @@ fn plan_start(
                 u.merge(extra);
             }
             return Ok(Plan::Run {
-                begin: Begin::Input { update: u, then: goto },
+                begin: Begin::Input {
+                    update: u,
+                    then: goto,
+                },
             });
         }
     }

@@ -8,20 +8,22 @@
 //!
 //! The server builds one [`LeadAgent`] per process and calls it through [`GraphRunner`]:
 //!
-//! ```ignore
-//! let mut deps = AgentDeps::new(settings, models, sandbox_provider);
+//! ```text
+//! // DeerFlow's chains, config tools + built-ins (+ MCP), skills:
+//! let mut deps = AgentDeps::deerflow_with_mcp(settings, models, sandbox_provider,
+//!     bash_available, Some(mcp_tool_source))?;
 //! deps.memory = Some(memory_queue);
-//! deps.chains = Arc::new(my_chain_builder);      // the DeerFlow middlewares
-//! deps.tools = vec![config_tools, mcp_tools];    // tool sources, in order
-//! deps.skills = Arc::new(skill_catalog);         // for the <skill_system> prompt section
 //! let agent: Arc<dyn GraphRunner> = Arc::new(LeadAgent::new(deps));
 //! let outcome = agent.run(spec, observer, cancel).await;
 //! ```
 //!
+//! Every piece can be replaced: [`AgentDeps::new`] starts bare (no middlewares, tools or
+//! skills) and its fields take any [`ChainBuilder`], [`ToolSource`]s and [`SkillsPrompt`].
 //! What a run writes is documented on [`engine`]; how a clarification question becomes an
 //! interrupt on [`interrupts`].
 
 pub mod contract;
+pub mod deerflow;
 mod describe;
 pub mod engine;
 mod graph;
@@ -32,9 +34,10 @@ pub mod prompt;
 pub mod subagents;
 
 pub use contract::*;
+pub use deerflow::{DeerFlowChains, DeerFlowSkills, DeerFlowTools};
 pub use engine::AgentGraph;
 pub use lead::{
     AgentDeps, ChainBuilder, LEAD_AGENT_GRAPH_ID, LeadAgent, NoMiddlewares, NoSkills, RunSetup,
-    SkillCatalog, SkillListing, StaticTools, ToolSource,
+    SkillsPrompt, StaticTools, ToolSource,
 };
 pub use options::{AgentProfile, ResolvedRun, SetupError};

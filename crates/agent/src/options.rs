@@ -31,7 +31,10 @@ impl SetupError {
 }
 
 /// `configurable` with `context` laid over it.
-pub fn runtime_config(configurable: &Map<String, Value>, context: &Map<String, Value>) -> Map<String, Value> {
+pub fn runtime_config(
+    configurable: &Map<String, Value>,
+    context: &Map<String, Value>,
+) -> Map<String, Value> {
     let mut cfg = configurable.clone();
     for (k, v) in context {
         cfg.insert(k.clone(), v.clone());
@@ -138,7 +141,9 @@ pub fn safe_user_id(raw: &str) -> String {
     if cleaned == raw {
         return cleaned;
     }
-    let hash = uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, raw.as_bytes()).simple().to_string();
+    let hash = uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, raw.as_bytes())
+        .simple()
+        .to_string();
     format!("{cleaned}-{}", &hash[..8])
 }
 
@@ -164,7 +169,11 @@ async fn agent_dir(home: &Path, user_id: &str, name: &str) -> PathBuf {
 }
 
 /// Loads a custom agent's `config.yaml` and `SOUL.md`.
-pub async fn load_agent(home: &Path, user_id: &str, name: &str) -> Result<AgentProfile, SetupError> {
+pub async fn load_agent(
+    home: &Path,
+    user_id: &str,
+    name: &str,
+) -> Result<AgentProfile, SetupError> {
     if !valid_agent_name(name) {
         return Err(SetupError::value(format!(
             "Invalid agent name '{name}'. Must match pattern: ^[A-Za-z0-9-]+$"
@@ -242,7 +251,8 @@ pub struct ResolvedRun {
     pub context: Map<String, Value>,
     /// The custom agent, when `agent_name` names one (not in bootstrap mode).
     pub agent: Option<AgentProfile>,
-    /// `non_interactive` or `disable_clarification`: no clarification questions.
+    /// `non_interactive` (internal callers): no `ask_clarification` tool at all.
+    /// (`disable_clarification` keeps the tool; the clarification middleware answers it.)
     pub non_interactive: bool,
     /// Things that were adjusted (unknown model, thinking forced off, …).
     pub warnings: Vec<String>,
@@ -276,7 +286,11 @@ pub fn resolve_options(
     })?;
     let requested = string(cfg, "model_name")
         .or_else(|| string(cfg, "model"))
-        .or_else(|| agent.and_then(|a| a.model.clone()).filter(|m| !m.is_empty()));
+        .or_else(|| {
+            agent
+                .and_then(|a| a.model.clone())
+                .filter(|m| !m.is_empty())
+        });
     let model = match &requested {
         Some(name) => match models.get(name) {
             Some(m) => m,
@@ -326,7 +340,10 @@ pub fn resolve_options(
         Some(Value::String(s)) if s.trim().is_empty() => None,
         Some(Value::String(s)) if valid_agent_name(s.trim()) => Some(s.trim().to_string()),
         Some(other) => {
-            let shown = other.as_str().map(str::to_string).unwrap_or_else(|| other.to_string());
+            let shown = other
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| other.to_string());
             return Err(SetupError::value(format!(
                 "Invalid agent name '{shown}'. Must match pattern: ^[A-Za-z0-9-]+$"
             )));
@@ -353,7 +370,7 @@ pub fn resolve_options(
         user_id: run_user_id(cfg),
         context: cfg.clone(),
         agent: agent.cloned(),
-        non_interactive: flag(cfg, "non_interactive") || flag(cfg, "disable_clarification"),
+        non_interactive: flag(cfg, "non_interactive"),
         warnings,
     })
 }
@@ -412,7 +429,10 @@ mod tests {
         assert_eq!(safe_user_id(""), "default");
         let odd = safe_user_id("../etc/passwd");
         assert!(odd.starts_with("___etc_passwd-"), "{odd}");
-        assert!(odd.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'));
+        assert!(
+            odd.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        );
         assert_ne!(safe_user_id("a/b"), safe_user_id("a_b"));
     }
 

@@ -8,17 +8,6 @@
 
 use std::fmt::Write as _;
 
-/// One skill as the prompt lists it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SkillSummary {
-    pub name: String,
-    pub description: String,
-    /// Container path of its `SKILL.md` (`/mnt/skills/public/<name>/SKILL.md`).
-    pub location: String,
-    /// A user's own skill (editable) rather than a built-in one.
-    pub custom: bool,
-}
-
 /// One subagent type the `task` tool can delegate to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SubagentSummary {
@@ -47,10 +36,9 @@ pub struct LeadPromptInputs {
     pub soul: Option<String>,
     /// Subagents enabled: the `<subagent_system>` section.
     pub subagents: Option<SubagentPrompt>,
-    pub skills: Vec<SkillSummary>,
-    pub disabled_skills: Vec<String>,
-    /// Where skills are mounted (`/mnt/skills`).
-    pub skills_path: String,
+    /// The `<skill_system>` block (with `<available_skills>`), rendered by the skills
+    /// catalog; empty when there are no skills.
+    pub skill_section: String,
     /// False for non-interactive runs (no `ask_clarification` tool).
     pub clarification: bool,
     /// Bootstrap runs (agent creation).
@@ -101,7 +89,11 @@ pub fn lead_system_prompt(p: &LeadPromptInputs) -> String {
     if p.clarification {
         s.push_str(CLARIFICATION);
     }
-    skill_section(&mut s, p);
+    let skills = p.skill_section.trim();
+    if !skills.is_empty() {
+        s.push_str(skills);
+        s.push_str("\n\n");
+    }
     if let Some(sub) = &p.subagents {
         subagent_section(&mut s, sub);
     }
@@ -122,50 +114,6 @@ pub fn lead_system_prompt(p: &LeadPromptInputs) -> String {
         }
     }
     s
-}
-
-fn skill_section(s: &mut String, p: &LeadPromptInputs) {
-    let root = if p.skills_path.is_empty() {
-        "/mnt/skills"
-    } else {
-        p.skills_path.as_str()
-    };
-    s.push_str("<skill_system>\n");
-    s.push_str(
-        "Skills are packaged know-how for specific kinds of work: a SKILL.md with instructions, \
-         sometimes with scripts, templates and reference files next to it.\n\n\
-         How to use them:\n\
-         1. When a request matches a skill below, read its SKILL.md with `read_file` before \
-         doing anything else, and follow it.\n\
-         2. Load the files it points to (references, templates, scripts) only when you reach the \
-         step that needs them.\n\
-         3. A user message that starts with `/<skill-name>` asks for that skill explicitly.\n",
-    );
-    let _ = writeln!(s, "\nSkills are located at: {}\n", html_escape(root));
-    s.push_str("<available_skills>\n");
-    for skill in &p.skills {
-        let label = if skill.custom {
-            "[custom, editable]"
-        } else {
-            "[built-in]"
-        };
-        let _ = write!(
-            s,
-            "<skill>\n<name>{}</name>\n<description>{} {label}</description>\n<location>{}</location>\n</skill>\n",
-            html_escape(&skill.name),
-            html_escape(skill.description.trim()),
-            html_escape(&skill.location),
-        );
-    }
-    s.push_str("</available_skills>\n");
-    if !p.disabled_skills.is_empty() {
-        s.push_str("<disabled_skills>\n");
-        for d in &p.disabled_skills {
-            let _ = writeln!(s, "- {}", html_escape(d));
-        }
-        s.push_str("</disabled_skills>\nDisabled skills cannot be read or used.\n");
-    }
-    s.push_str("</skill_system>\n\n");
 }
 
 fn subagent_section(s: &mut String, sub: &SubagentPrompt) {
@@ -190,7 +138,12 @@ fn subagent_section(s: &mut String, sub: &SubagentPrompt) {
     );
     for a in &sub.available {
         let first_line = a.description.lines().next().unwrap_or_default().trim();
-        let _ = writeln!(s, "- **{}**: {}", html_escape(&a.name), html_escape(first_line));
+        let _ = writeln!(
+            s,
+            "- **{}**: {}",
+            html_escape(&a.name),
+            html_escape(first_line)
+        );
     }
     let direct = if sub.bash_available {
         "bash, ls, read_file, web_search, …"
@@ -290,12 +243,10 @@ pub fn builtin_subagent_description(name: &str, bash_available: bool) -> Option<
         "general-purpose" => Some(
             "For any non-trivial task: web research, code exploration, file operations, analysis.",
         ),
-        "bash" if bash_available => {
-            Some("For command execution: git, builds, tests, deployments.")
+        "bash" if bash_available => Some("For command execution: git, builds, tests, deployments."),
+        "bash" => {
+            Some("Not available with the current sandbox configuration (host bash is disabled).")
         }
-        "bash" => Some(
-            "Not available with the current sandbox configuration (host bash is disabled).",
-        ),
         _ => None,
     }
 }
@@ -343,13 +294,7 @@ mod tests {
 
     fn base() -> LeadPromptInputs {
         LeadPromptInputs {
-            skills: vec![SkillSummary {
-                name: "deep-research".into(),
-                description: "Research <anything>".into(),
-                location: "/mnt/skills/public/deep-research/SKILL.md".into(),
-                custom: false,
-            }],
-            skills_path: "/mnt/skills".into(),
+            skill_section: "<skill_system>\n<available_skills>\n<skill><name>deep-research</name></skill>\n</available_skills>\n</skill_system>".into(),
             clarification: true,
             ..Default::default()
         }
@@ -385,9 +330,7 @@ mod tests {
         assert!(!s.contains("<subagent_system>"));
         assert!(!s.contains("<soul>"));
         assert!(!s.contains("<self_update>"));
-        assert!(s.contains("<location>/mnt/skills/public/deep-research/SKILL.md</location>"));
-        assert!(s.contains("Research &lt;anything&gt; [built-in]"));
-        assert!(s.contains("Skills are located at: /mnt/skills"));
+        assert!(s.contains("<skill><name>deep-research</name></skill>"));
     }
 
     #[test]
@@ -415,12 +358,15 @@ mod tests {
             bash_available: false,
         });
         let s = lead_system_prompt(&p);
-        order(&s, &["<skill_system>", "<subagent_system>", "<working_directory"]);
+        order(
+            &s,
+            &["<skill_system>", "<subagent_system>", "<working_directory"],
+        );
         assert!(s.contains("at most 2 `task` calls in one response"));
         assert!(s.contains("at most 7 `task` calls in this whole run"));
         assert!(s.contains("- **general-purpose**: For any task.\n"));
         assert!(!s.contains("bash, ls"));
-        assert!(s.contains("split into independent parts"));
+        assert!(s.contains("splits into independent parts"));
     }
 
     #[test]
@@ -434,19 +380,25 @@ mod tests {
     }
 
     #[test]
-    fn extra_sections_and_disabled_skills() {
+    fn extra_sections_and_no_skills() {
         let mut p = base();
         p.extra_sections = vec!["<todo_list_system>\nuse todos\n</todo_list_system>".into()];
-        p.disabled_skills = vec!["ppt-generation".into()];
+        p.skill_section = String::new();
         let s = lead_system_prompt(&p);
         assert!(s.trim_end().ends_with("</todo_list_system>"));
-        assert!(s.contains("<disabled_skills>\n- ppt-generation\n</disabled_skills>"));
+        assert!(!s.contains("<skill_system>"));
     }
 
     #[test]
     fn subagent_prompts() {
         let g = subagent_system_prompt("general-purpose");
-        for t in ["<guidelines>", "<tool_restrictions>", "<file_editing_workflow>", "<output_format>", "<working_directory>"] {
+        for t in [
+            "<guidelines>",
+            "<tool_restrictions>",
+            "<file_editing_workflow>",
+            "<output_format>",
+            "<working_directory>",
+        ] {
             assert!(g.contains(t), "{t}");
         }
         assert!(subagent_system_prompt("bash").contains("command-execution"));

@@ -21,7 +21,7 @@ use fawn_tools::{
     ToolContext,
 };
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio::sync::mpsc::UnboundedSender;
@@ -43,8 +43,9 @@ pub struct SubagentPool {
     parent: ResolvedRun,
     thread_id: String,
     run_id: String,
-    /// The lead's tools.
-    tools: Vec<Arc<dyn Tool>>,
+    /// The lead's tools (set once they are assembled; the `task` tool is built from
+    /// [`SubagentRunner::available`] before that).
+    tools: OnceLock<Vec<Arc<dyn Tool>>>,
     running: Arc<Semaphore>,
     started: AtomicU32,
 }
@@ -64,7 +65,6 @@ impl SubagentPool {
         parent: ResolvedRun,
         thread_id: &str,
         run_id: &str,
-        tools: Vec<Arc<dyn Tool>>,
     ) -> SubagentPool {
         let permits = parent.options.max_concurrent_subagents.max(1) as usize;
         SubagentPool {
@@ -72,19 +72,41 @@ impl SubagentPool {
             parent,
             thread_id: thread_id.to_string(),
             run_id: run_id.to_string(),
-            tools,
+            tools: OnceLock::new(),
             running: Arc::new(Semaphore::new(permits)),
             started: AtomicU32::new(0),
         }
     }
 
-    /// Whether the lead has a `bash` tool (the `bash` subagent needs one).
+    /// Gives the pool the lead's tools (once).
+    pub(crate) fn set_tools(&self, tools: Vec<Arc<dyn Tool>>) {
+        let _ = self.tools.set(tools);
+    }
+
+    fn tools(&self) -> &[Arc<dyn Tool>] {
+        self.tools.get().map(Vec::as_slice).unwrap_or_default()
+    }
+
+    /// Whether the lead has a `bash` tool (the `bash` subagent needs one). Before the tools
+    /// are known: whether the sandbox can run bash and `config.yaml` declares one.
     pub fn bash_available(&self) -> bool {
-        self.tools.iter().any(|t| t.name() == "bash")
+        match self.tools.get() {
+            Some(tools) => tools.iter().any(|t| t.name() == "bash"),
+            None => {
+                self.deps.bash_available
+                    && self
+                        .deps
+                        .settings
+                        .app
+                        .tools
+                        .iter()
+                        .any(|t| t.name == "bash")
+            }
+        }
     }
 
     fn parent_tools_except(&self, excluded: &[&str]) -> Vec<Arc<dyn Tool>> {
-        self.tools
+        self.tools()
             .iter()
             .filter(|t| !excluded.contains(&t.name()))
             .cloned()
@@ -95,7 +117,10 @@ impl SubagentPool {
         match name {
             Some(n) if n != "inherit" && !n.is_empty() => {
                 self.deps.models.get(n).unwrap_or_else(|| {
-                    tracing::warn!(model = n, "subagent model not configured; using the parent's");
+                    tracing::warn!(
+                        model = n,
+                        "subagent model not configured; using the parent's"
+                    );
                     self.parent.model.clone()
                 })
             }
@@ -133,7 +158,7 @@ impl SubagentPool {
                     );
                 }
                 let tools = self
-                    .tools
+                    .tools()
                     .iter()
                     .filter(|t| BASH_TOOLS.contains(&t.name()))
                     .cloned()
@@ -151,10 +176,11 @@ impl SubagentPool {
                 let tools = match &c.tools {
                     None => self.parent_tools_except(&EXCLUDED_TOOLS),
                     Some(allow) => self
-                        .tools
+                        .tools()
                         .iter()
                         .filter(|t| {
-                            allow.iter().any(|a| a == t.name()) && !EXCLUDED_TOOLS.contains(&t.name())
+                            allow.iter().any(|a| a == t.name())
+                                && !EXCLUDED_TOOLS.contains(&t.name())
                         })
                         .cloned()
                         .collect(),
@@ -179,11 +205,7 @@ impl SubagentPool {
         }
     }
 
-    fn outcome(
-        status: SubagentStatus,
-        model_name: &str,
-        error: Option<String>,
-    ) -> SubagentOutcome {
+    fn outcome(status: SubagentStatus, model_name: &str, error: Option<String>) -> SubagentOutcome {
         SubagentOutcome {
             status,
             result: String::new(),
@@ -248,7 +270,11 @@ impl SubagentRunner for SubagentPool {
         let setup = match self.setup_for(&request.subagent_type) {
             Ok(s) => s,
             Err(e) => {
-                return Self::outcome(SubagentStatus::Failed, &self.parent.options.model_name, Some(e));
+                return Self::outcome(
+                    SubagentStatus::Failed,
+                    &self.parent.options.model_name,
+                    Some(e),
+                );
             }
         };
         let model_name = setup.model.info().name.clone();
@@ -258,7 +284,7 @@ impl SubagentRunner for SubagentPool {
                 SubagentStatus::Failed,
                 &model_name,
                 Some(format!(
-                    "Subagent limit reached: at most {max_total} subagents may run in one turn."
+                    "Subagent limit reached: at most {max_total} subagents may run in one run of the lead agent."
                 )),
             );
         }
@@ -292,6 +318,8 @@ impl SubagentRunner for SubagentPool {
                 thread_id: &self.thread_id,
                 run_id: &self.run_id,
                 memory: None,
+                subagents: None,
+                subagent_task: Some(&request.task_id),
             };
             self.deps.chains.subagent_chain(&rs, &setup.tools)
         };
@@ -353,15 +381,19 @@ impl SubagentRunner for SubagentPool {
         let (result, usage) = summarize(&output.state);
         let stop_reason = rctx.stop_reason();
         let (status, error, stop_reason) = match output.end {
-            LoopEnd::Done { .. } | LoopEnd::Paused => (SubagentStatus::Completed, None, stop_reason),
+            LoopEnd::Done { .. } | LoopEnd::Paused => {
+                (SubagentStatus::Completed, None, stop_reason)
+            }
             LoopEnd::RecursionLimit(_) => (
                 SubagentStatus::Completed,
                 None,
                 Some("turn_capped".to_string()),
             ),
-            LoopEnd::Failed { error, message } => {
-                (SubagentStatus::Failed, Some(format!("{error}: {message}")), stop_reason)
-            }
+            LoopEnd::Failed { error, message } => (
+                SubagentStatus::Failed,
+                Some(format!("{error}: {message}")),
+                stop_reason,
+            ),
             LoopEnd::Cancelled => (
                 SubagentStatus::Cancelled,
                 Some("Task cancelled by user.".into()),

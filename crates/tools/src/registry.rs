@@ -189,7 +189,7 @@ pub fn resolve_use(use_path: &str) -> Option<ToolImpl> {
 fn unknown_use_message(use_path: &str) -> String {
     let supported: Vec<&str> = SUPPORTED_USES.iter().map(|(u, _)| *u).collect();
     let note = if use_path.trim().starts_with("deerflow.") {
-        " (a DeerFlow tool Fawn does not implement)"
+        " (not a DeerFlow tool Fawn implements)"
     } else {
         ""
     };

@@ -12,9 +12,7 @@
 pub(crate) mod model;
 pub(crate) mod tools;
 
-use crate::contract::{
-    Breakpoints, CheckpointSource, PendingTask, RunObserver, StepCheckpoint,
-};
+use crate::contract::{Breakpoints, CheckpointSource, PendingTask, RunObserver, StepCheckpoint};
 use crate::graph::{self, Node, Topology, last_ai_index};
 use fawn_llm::ToolSpec;
 use fawn_middleware::{Chain, Hook, MiddlewareError, ModelRequest, RunContext, ToolCallRequest};
@@ -56,11 +54,8 @@ impl AgentGraph {
     pub fn new(chain: Chain, tools: Vec<Arc<dyn Tool>>, system_prompt: Option<String>) -> Self {
         let mut all: Vec<Arc<dyn Tool>> = Vec::with_capacity(tools.len());
         let mut tool_index = HashMap::new();
-        let extra: Vec<Arc<dyn Tool>> = chain
-            .middlewares()
-            .iter()
-            .flat_map(|m| m.tools())
-            .collect();
+        let extra: Vec<Arc<dyn Tool>> =
+            chain.middlewares().iter().flat_map(|m| m.tools()).collect();
         for t in tools.into_iter().chain(extra) {
             let name = t.name().to_string();
             if tool_index.contains_key(&name) {
@@ -128,11 +123,16 @@ pub(crate) enum Begin {
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum LoopEnd {
     /// Reached `__end__`; `interrupts` are pending questions (clarification).
-    Done { interrupts: Vec<Interrupt> },
+    Done {
+        interrupts: Vec<Interrupt>,
+    },
     /// Stopped at a static breakpoint.
     Paused,
     RecursionLimit(u32),
-    Failed { error: String, message: String },
+    Failed {
+        error: String,
+        message: String,
+    },
     Cancelled,
 }
 
@@ -360,7 +360,12 @@ impl<'a> Loop<'a> {
             })
     }
 
-    async fn execute(&mut self, node: Node, name: &str, task_id: &str) -> Result<Executed, LoopEnd> {
+    async fn execute(
+        &mut self,
+        node: Node,
+        name: &str,
+        task_id: &str,
+    ) -> Result<Executed, LoopEnd> {
         match node {
             Node::Model => {
                 self.node_start(task_id, name);
@@ -381,7 +386,12 @@ impl<'a> Loop<'a> {
         }
     }
 
-    async fn run_hook(&mut self, node: Node, name: &str, task_id: &str) -> Result<Executed, LoopEnd> {
+    async fn run_hook(
+        &mut self,
+        node: Node,
+        name: &str,
+        task_id: &str,
+    ) -> Result<Executed, LoopEnd> {
         let Some((mw, hook)) = self.graph.topology.middleware(node) else {
             return Err(LoopEnd::Failed {
                 error: "InvalidUpdateError".into(),
@@ -529,7 +539,11 @@ impl<'a> Loop<'a> {
             let (mut message, update, end_run) = match result {
                 Ok(r) => (r.message, r.update, r.end_run),
                 Err(ToolError::Cancelled) => return Err(LoopEnd::Cancelled),
-                Err(e) => (tools::tool_error_message(&call.name, &call_id, &e), None, false),
+                Err(e) => (
+                    tools::tool_error_message(&call.name, &call_id, &e),
+                    None,
+                    false,
+                ),
             };
             if message.id.as_deref().is_none_or(str::is_empty) {
                 message.id = Some(uuid::Uuid::new_v4().to_string());
@@ -591,7 +605,12 @@ impl<'a> Loop<'a> {
         let next = if self.interrupts.is_empty() {
             Vec::new()
         } else {
-            vec![self.graph.topology.name(self.graph.topology.loop_entry()).to_string()]
+            vec![
+                self.graph
+                    .topology
+                    .name(self.graph.topology.loop_entry())
+                    .to_string(),
+            ]
         };
         if let Err(e) = self.ensure_next(next).await {
             return e;
@@ -653,7 +672,11 @@ impl<'a> Loop<'a> {
             .map(|(i, n)| PendingTask {
                 id: self.task_id(self.step + 1, n),
                 name: n.clone(),
-                interrupts: if i == 0 { interrupts.clone() } else { Vec::new() },
+                interrupts: if i == 0 {
+                    interrupts.clone()
+                } else {
+                    Vec::new()
+                },
             })
             .collect();
         let checkpoint = StepCheckpoint {
@@ -687,7 +710,10 @@ impl<'a> Loop<'a> {
         let ns = format!("{name}:{task_id}");
         m.insert("langgraph_step".into(), json!(self.step));
         m.insert("langgraph_node".into(), json!(name));
-        m.insert("langgraph_triggers".into(), json!([format!("branch:to:{name}")]));
+        m.insert(
+            "langgraph_triggers".into(),
+            json!([format!("branch:to:{name}")]),
+        );
         m.insert("langgraph_path".into(), json!(["__pregel_pull", name]));
         m.insert("langgraph_checkpoint_ns".into(), json!(ns));
         m.insert("checkpoint_ns".into(), json!(ns));

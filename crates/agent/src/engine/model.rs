@@ -30,7 +30,11 @@ fn into_chat_request(mut request: ModelRequest) -> (Arc<dyn ChatModel>, ChatRequ
 }
 
 impl ModelInvoker {
-    fn chunk_metadata(&self, model: &dyn ChatModel, temperature: Option<f64>) -> Map<String, Value> {
+    fn chunk_metadata(
+        &self,
+        model: &dyn ChatModel,
+        temperature: Option<f64>,
+    ) -> Map<String, Value> {
         let mut m = self.metadata.clone();
         let info = model.info();
         m.insert("ls_provider".into(), Value::String(info.provider.clone()));

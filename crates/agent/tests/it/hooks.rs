@@ -86,7 +86,10 @@ async fn only_hooks_that_change_state_are_reported_and_checkpointed() {
     );
     let updates = rec.updates();
     let nodes: Vec<&str> = updates.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(nodes, ["A.before_agent", "model", "tools", "model", "B.after_agent"]);
+    assert_eq!(
+        nodes,
+        ["A.before_agent", "model", "tools", "model", "B.after_agent"]
+    );
     assert_eq!(updates[0].1, json!({"title": "T"}));
     assert_eq!(updates[4].1, json!({"artifacts": ["x"]}));
     let state = rec.last_state();
@@ -101,10 +104,16 @@ async fn only_hooks_that_change_state_are_reported_and_checkpointed() {
 async fn jump_to_model_and_end() {
     let log = Arc::new(Mutex::new(Vec::new()));
     // After the first answer, A asks for another model turn (like TodoMiddleware's reminder).
-    let a = Probe::new("A", &[Hook::BeforeModel, Hook::AfterModel, Hook::AfterAgent], &log)
-        .jump_once(Hook::AfterModel, JumpTo::Model);
+    let a = Probe::new(
+        "A",
+        &[Hook::BeforeModel, Hook::AfterModel, Hook::AfterAgent],
+        &log,
+    )
+    .jump_once(Hook::AfterModel, JumpTo::Model);
     let model = scripted([ScriptedTurn::text("first"), ScriptedTurn::text("second")]);
-    let agent = AgentBuilder::new(model.clone()).middleware(Arc::new(a)).build();
+    let agent = AgentBuilder::new(model.clone())
+        .middleware(Arc::new(a))
+        .build();
     let (out, rec) = run(&agent, spec("go")).await;
     ok(&out);
     assert_eq!(
@@ -128,10 +137,15 @@ async fn jump_to_model_and_end() {
     let a = Probe::new("A", &[Hook::BeforeModel, Hook::AfterAgent], &log)
         .jump_once(Hook::BeforeModel, JumpTo::End);
     let model = scripted([ScriptedTurn::text("never")]);
-    let agent = AgentBuilder::new(model.clone()).middleware(Arc::new(a)).build();
+    let agent = AgentBuilder::new(model.clone())
+        .middleware(Arc::new(a))
+        .build();
     let (out, rec) = run(&agent, spec("go")).await;
     ok(&out);
-    assert_eq!(*log.lock().unwrap(), s(&["A.before_model", "A.after_agent"]));
+    assert_eq!(
+        *log.lock().unwrap(),
+        s(&["A.before_model", "A.after_agent"])
+    );
     assert!(model.requests().is_empty());
     assert_eq!(rec.checkpoints().last().unwrap().next, Vec::<String>::new());
 }
@@ -142,7 +156,9 @@ async fn request_rewrites_are_not_persisted() {
     let mut a = Probe::new("A", &[Hook::WrapModelCall], &log);
     a.rewrite_request = true;
     let model = scripted([ScriptedTurn::text("ok")]);
-    let agent = AgentBuilder::new(model.clone()).middleware(Arc::new(a)).build();
+    let agent = AgentBuilder::new(model.clone())
+        .middleware(Arc::new(a))
+        .build();
     let (out, rec) = run(&agent, spec("hello")).await;
     ok(&out);
     let sent = model.requests()[0].messages.last().unwrap().text();
@@ -155,7 +171,10 @@ async fn no_op_hooks_count_towards_the_recursion_limit() {
     let log = Arc::new(Mutex::new(Vec::new()));
     let a = Probe::new("A", &[Hook::BeforeModel, Hook::AfterModel], &log);
     let model = scripted([ScriptedTurn::tool_call("echo", json!({"text": "x"}), "c1")]);
-    let agent = AgentBuilder::new(model).tool(Echo).middleware(Arc::new(a)).build();
+    let agent = AgentBuilder::new(model)
+        .tool(Echo)
+        .middleware(Arc::new(a))
+        .build();
     // before_model, model, after_model, tools = 4 supersteps; a limit of 3 stops at tools.
     let mut sp = spec("go");
     sp.recursion_limit = Some(json!(3));
@@ -163,7 +182,10 @@ async fn no_op_hooks_count_towards_the_recursion_limit() {
     match out {
         fawn_agent::RunOutcome::Error { error, message } => {
             assert_eq!(error, "GraphRecursionError");
-            assert!(message.starts_with("Recursion limit of 3 reached"), "{message}");
+            assert!(
+                message.starts_with("Recursion limit of 3 reached"),
+                "{message}"
+            );
         }
         other => panic!("{other:?}"),
     }

@@ -65,7 +65,9 @@ async fn interrupt_before_tools_then_resume_with_null_input() {
     assert_eq!(rec2.updated_nodes(), ["tools", "model"]);
     // The task id listed while paused is the id of the task that ran.
     let ran = rec2.events().into_iter().find_map(|e| match e {
-        fawn_state::StreamEvent::NodeStart { task_id, node, .. } if node == "tools" => Some(task_id),
+        fawn_state::StreamEvent::NodeStart { task_id, node, .. } if node == "tools" => {
+            Some(task_id)
+        }
         _ => None,
     });
     assert_eq!(ran.as_deref(), Some(last.tasks[0].id.as_str()));
@@ -150,7 +152,10 @@ async fn command_update_then_continue_and_goto() {
         ]
     );
     assert_eq!(rec2.last_state().title.as_deref(), Some("Edited"));
-    assert_writes_replay(&rec2, rec.checkpoints().last().unwrap().state.as_ref().clone());
+    assert_writes_replay(
+        &rec2,
+        rec.checkpoints().last().unwrap().state.as_ref().clone(),
+    );
 
     // goto on a finished thread runs that node.
     model.push(ScriptedTurn::text("again"));
@@ -174,7 +179,10 @@ async fn command_update_then_continue_and_goto() {
     let (out, rec4) = run(&agent, only).await;
     ok(&out);
     assert_eq!(model.requests().len(), requests);
-    assert_eq!(rec4.checkpoints().last().unwrap().next, Vec::<String>::new());
+    assert_eq!(
+        rec4.checkpoints().last().unwrap().next,
+        Vec::<String>::new()
+    );
     assert_eq!(rec4.last_state().title.as_deref(), Some("Renamed"));
 
     // Unknown goto target is an error.
@@ -193,7 +201,11 @@ async fn command_update_then_continue_and_goto() {
 #[tokio::test]
 async fn clarification_is_an_interrupt_until_answered() {
     let model = scripted([
-        ScriptedTurn::tool_call("ask_clarification", json!({"question": "Which env?"}), "call_q"),
+        ScriptedTurn::tool_call(
+            "ask_clarification",
+            json!({"question": "Which env?"}),
+            "call_q",
+        ),
         ScriptedTurn::text("Deploying to staging."),
     ]);
     let agent = AgentBuilder::new(model.clone())
@@ -239,9 +251,14 @@ async fn clarification_is_an_interrupt_until_answered() {
     });
     let (out, rec2) = run(&agent, resume).await;
     ok(&out);
-    let RunOutcome::Success { interrupts, .. } = out else { unreachable!() };
+    let RunOutcome::Success { interrupts, .. } = out else {
+        unreachable!()
+    };
     assert!(interrupts.is_empty());
-    assert_eq!(rec2.checkpoints().last().unwrap().next, Vec::<String>::new());
+    assert_eq!(
+        rec2.checkpoints().last().unwrap().next,
+        Vec::<String>::new()
+    );
     let state = rec2.last_state();
     let answer = &state.messages[state.messages.len() - 2];
     assert_eq!(answer.kind, MessageKind::Human);
@@ -251,7 +268,10 @@ async fn clarification_is_an_interrupt_until_answered() {
     assert_eq!(resp["request_id"], "clarification:call_q");
     assert_eq!(resp["response_kind"], "option");
     assert_eq!(resp["option_id"], "option-1");
-    assert_eq!(state.messages.last().unwrap().text(), "Deploying to staging.");
+    assert_eq!(
+        state.messages.last().unwrap().text(),
+        "Deploying to staging."
+    );
     let sent = &model.requests()[1];
     assert_eq!(sent.messages.last().unwrap().text(), "staging");
 }
@@ -259,21 +279,34 @@ async fn clarification_is_an_interrupt_until_answered() {
 #[tokio::test]
 async fn a_new_user_message_also_answers_the_clarification() {
     let model = scripted([
-        ScriptedTurn::tool_call("ask_clarification", json!({"question": "Which env?"}), "call_q"),
+        ScriptedTurn::tool_call(
+            "ask_clarification",
+            json!({"question": "Which env?"}),
+            "call_q",
+        ),
         ScriptedTurn::text("ok, production"),
     ]);
     let agent = AgentBuilder::new(model).tool(AskClarification).build();
     let (_, rec) = run(&agent, spec("deploy it")).await;
     let (out, rec2) = run(
         &agent,
-        follow_up(&rec, Some(json!({"messages": [{"role": "user", "content": "production"}]}))),
+        follow_up(
+            &rec,
+            Some(json!({"messages": [{"role": "user", "content": "production"}]})),
+        ),
     )
     .await;
     ok(&out);
     let last = rec2.checkpoints().pop().unwrap();
     assert!(last.next.is_empty());
     assert!(last.tasks.is_empty());
-    assert_eq!(rec2.last_state().messages.last().unwrap().text(), "ok, production");
-    assert_writes_replay(&rec2, rec.checkpoints().last().unwrap().state.as_ref().clone());
+    assert_eq!(
+        rec2.last_state().messages.last().unwrap().text(),
+        "ok, production"
+    );
+    assert_writes_replay(
+        &rec2,
+        rec.checkpoints().last().unwrap().state.as_ref().clone(),
+    );
     let _ = ThreadState::default();
 }

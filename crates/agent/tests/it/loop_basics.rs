@@ -32,7 +32,10 @@ async fn plain_answer_writes_input_start_and_model_checkpoints() {
     );
     let cps = rec.checkpoints();
     assert!(cps[0].writes.is_empty());
-    assert!(cps[0].state.messages.is_empty(), "input checkpoint holds the state before the input");
+    assert!(
+        cps[0].state.messages.is_empty(),
+        "input checkpoint holds the state before the input"
+    );
     assert_eq!(cps[1].writes[0].0, "__start__");
     assert_eq!(cps[1].state.messages.len(), 1);
     assert_eq!(cps[2].writes[0].0, "model");
@@ -46,7 +49,10 @@ async fn plain_answer_writes_input_start_and_model_checkpoints() {
     assert_eq!(req.messages[0].kind, MessageKind::System);
     assert!(req.messages[0].text().contains("<role>"));
     assert_eq!(req.messages[1].text(), "hi");
-    assert!(req.thinking_enabled, "scripted model supports thinking; default is on");
+    assert!(
+        req.thinking_enabled,
+        "scripted model supports thinking; default is on"
+    );
 }
 
 #[tokio::test]
@@ -68,7 +74,11 @@ async fn token_chunks_share_one_id_and_carry_langgraph_metadata() {
     assert!(chunks.len() >= 4, "{}", chunks.len());
     let id = chunks[0].0.id.clone().unwrap();
     assert!(id.starts_with("lc_run--"), "{id}");
-    assert!(chunks.iter().all(|(c, _)| c.id.as_deref() == Some(id.as_str())));
+    assert!(
+        chunks
+            .iter()
+            .all(|(c, _)| c.id.as_deref() == Some(id.as_str()))
+    );
     assert!(chunks.iter().all(|(c, _)| c.kind == MessageKind::AiChunk));
     let (last, _) = chunks.last().unwrap();
     assert_eq!(last.chunk_position.as_deref(), Some("last"));
@@ -96,7 +106,10 @@ async fn token_chunks_share_one_id_and_carry_langgraph_metadata() {
     assert_eq!(m["graph_id"], "lead_agent");
     assert_eq!(m["user_key"], "v");
     // The stored message has the streamed id.
-    assert_eq!(rec.last_state().messages[1].id.as_deref(), Some(id.as_str()));
+    assert_eq!(
+        rec.last_state().messages[1].id.as_deref(),
+        Some(id.as_str())
+    );
 }
 
 #[tokio::test]
@@ -176,7 +189,10 @@ async fn follow_up_run_continues_step_numbers() {
     let model = scripted([ScriptedTurn::text("first"), ScriptedTurn::text("second")]);
     let agent = AgentBuilder::new(model).build();
     let (_, rec) = run(&agent, spec("one")).await;
-    let next = follow_up(&rec, Some(json!({"messages": [{"role": "user", "content": "two"}]})));
+    let next = follow_up(
+        &rec,
+        Some(json!({"messages": [{"role": "user", "content": "two"}]})),
+    );
     let (out, rec2) = run(&agent, next).await;
     ok(&out);
     assert_eq!(
@@ -187,7 +203,12 @@ async fn follow_up_run_continues_step_numbers() {
             (4, "loop", vec![]),
         ]
     );
-    let texts: Vec<String> = rec2.last_state().messages.iter().map(|m| m.text()).collect();
+    let texts: Vec<String> = rec2
+        .last_state()
+        .messages
+        .iter()
+        .map(|m| m.text())
+        .collect();
     assert_eq!(texts, s(&["one", "first", "two", "second"]));
     assert_writes_replay(&rec2, rec.checkpoints()[2].state.as_ref().clone());
 }

@@ -4,8 +4,12 @@
 
 mod support;
 
+mod deerflow_chain;
+mod describe;
 mod hooks;
 mod interrupts;
 mod loop_basics;
 mod mock_llm;
+mod options;
+mod subagents;
 mod tools;

@@ -15,7 +15,9 @@ async fn tool_turn_over_http_sends_history_and_tools() {
     let mock = MockLlm::start().await.unwrap();
     mock.push(Turn::tool_call("echo", json!({"text": "ping"})));
     mock.push(Turn::text("All done."));
-    let agent = AgentBuilder::new(mock_model(&mock, false)).tool(Echo).build();
+    let agent = AgentBuilder::new(mock_model(&mock, false))
+        .tool(Echo)
+        .build();
     let (out, rec) = run(&agent, spec("call echo")).await;
     ok(&out);
     let reqs = mock.chat_requests();
@@ -25,7 +27,12 @@ async fn tool_turn_over_http_sends_history_and_tools() {
     assert_eq!(first["model"], "gpt-test");
     let msgs = reqs[0].messages();
     assert_eq!(msgs[0]["role"], "system");
-    assert!(msgs[0]["content"].as_str().unwrap().contains("<critical_reminders>"));
+    assert!(
+        msgs[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("<critical_reminders>")
+    );
     assert_eq!(msgs[1], json!({"role": "user", "content": "call echo"}));
     assert_eq!(first["tools"][0]["function"]["name"], "echo");
     assert_eq!(
@@ -46,17 +53,25 @@ async fn tool_turn_over_http_sends_history_and_tools() {
         .events()
         .into_iter()
         .filter_map(|e| match e {
-            StreamEvent::MessageChunk { chunk, metadata } if metadata["langgraph_step"] == 3 => Some(chunk),
+            StreamEvent::MessageChunk { chunk, metadata } if metadata["langgraph_step"] == 3 => {
+                Some(chunk)
+            }
             _ => None,
         })
         .collect();
     assert!(chunks.len() >= 3);
     let text: String = chunks.iter().map(|c| c.text()).collect();
     assert_eq!(text, "All done.");
-    assert_eq!(chunks.last().unwrap().chunk_position.as_deref(), Some("last"));
+    assert_eq!(
+        chunks.last().unwrap().chunk_position.as_deref(),
+        Some("last")
+    );
     let state = rec.last_state();
     assert_eq!(state.messages.last().unwrap().id, chunks[0].id);
-    assert_eq!(state.messages.last().unwrap().response_metadata["finish_reason"], "stop");
+    assert_eq!(
+        state.messages.last().unwrap().response_metadata["finish_reason"],
+        "stop"
+    );
 }
 
 #[tokio::test]
@@ -89,12 +104,16 @@ async fn cancellation_drops_the_model_stream_promptly() {
     let returned = fired.elapsed();
     assert_eq!(out, RunOutcome::Cancelled);
     assert!(
-        mock.wait_until(Duration::from_secs(2), |m| m.streams_aborted() == 1).await,
+        mock.wait_until(Duration::from_secs(2), |m| m.streams_aborted() == 1)
+            .await,
         "the mock saw the stream abandoned"
     );
     let dropped = fired.elapsed();
     // Ten chunks 400 ms apart would take 4 s; being cancelled means far less.
-    assert!(returned < Duration::from_secs(1), "returned after {returned:?}");
+    assert!(
+        returned < Duration::from_secs(1),
+        "returned after {returned:?}"
+    );
     eprintln!("cancel → run returned {returned:?}, stream dropped seen by mock {dropped:?}");
     assert_eq!(mock.streams_completed(), 0);
     // Nothing after the start checkpoint was written.
@@ -104,9 +123,15 @@ async fn cancellation_drops_the_model_stream_promptly() {
 #[tokio::test]
 async fn malformed_tool_arguments_get_an_error_tool_message() {
     let mock = MockLlm::start().await.unwrap();
-    mock.push(Turn::tool_calls([MockToolCall::raw("echo", r#"{"text": oops}"#).with_id("call_bad")]));
+    mock.push(Turn::tool_calls([MockToolCall::raw(
+        "echo",
+        r#"{"text": oops}"#,
+    )
+    .with_id("call_bad")]));
     mock.push(Turn::text("Let me retry properly."));
-    let agent = AgentBuilder::new(mock_model(&mock, false)).tool(Echo).build();
+    let agent = AgentBuilder::new(mock_model(&mock, false))
+        .tool(Echo)
+        .build();
     let (out, rec) = run(&agent, spec("go")).await;
     ok(&out);
     let state = rec.last_state();
@@ -122,7 +147,10 @@ async fn malformed_tool_arguments_get_an_error_tool_message() {
     let second = mock.chat_requests()[1].messages().to_vec();
     assert_eq!(second[2]["tool_calls"][0]["id"], "call_bad");
     assert_eq!(second[3]["tool_call_id"], "call_bad");
-    assert_eq!(state.messages.last().unwrap().text(), "Let me retry properly.");
+    assert_eq!(
+        state.messages.last().unwrap().text(),
+        "Let me retry properly."
+    );
 }
 
 #[tokio::test]
@@ -130,11 +158,17 @@ async fn unknown_tool_and_empty_answer_over_http() {
     let mock = MockLlm::start().await.unwrap();
     mock.push(Turn::tool_call("no_such_tool", json!({"x": 1})));
     mock.push(Turn::text(""));
-    let agent = AgentBuilder::new(mock_model(&mock, false)).tool(Echo).build();
+    let agent = AgentBuilder::new(mock_model(&mock, false))
+        .tool(Echo)
+        .build();
     let (out, rec) = run(&agent, spec("go")).await;
     ok(&out);
     let state = rec.last_state();
-    assert!(state.messages[2].text().starts_with("Error: no_such_tool is not a valid tool, try one of [echo]"));
+    assert!(
+        state.messages[2]
+            .text()
+            .starts_with("Error: no_such_tool is not a valid tool, try one of [echo]")
+    );
     let last = state.messages.last().unwrap();
     assert_eq!(last.kind, MessageKind::Ai);
     assert_eq!(last.text(), "");
@@ -144,7 +178,10 @@ async fn unknown_tool_and_empty_answer_over_http() {
 #[tokio::test]
 async fn dropped_stream_fails_the_run_and_the_thread_stays_usable() {
     let mock = MockLlm::start().await.unwrap();
-    mock.push(Turn::text("this answer will be cut short").with_fault(Fault::DropConnection { after_chunks: 2 }));
+    mock.push(
+        Turn::text("this answer will be cut short")
+            .with_fault(Fault::DropConnection { after_chunks: 2 }),
+    );
     let agent = AgentBuilder::new(mock_model(&mock, false)).build();
     let (out, rec) = run(&agent, spec("go")).await;
     match &out {
@@ -161,7 +198,12 @@ async fn dropped_stream_fails_the_run_and_the_thread_stays_usable() {
     mock.push(Turn::text("Back again."));
     let (out, rec2) = run(&agent, follow_up(&rec, Some(json!({"messages": "retry"})))).await;
     ok(&out);
-    let texts: Vec<String> = rec2.last_state().messages.iter().map(|m| m.text()).collect();
+    let texts: Vec<String> = rec2
+        .last_state()
+        .messages
+        .iter()
+        .map(|m| m.text())
+        .collect();
     assert_eq!(texts, ["go", "retry", "Back again."]);
 
     // A stream that sends garbage is reported too.

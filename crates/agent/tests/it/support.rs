@@ -14,7 +14,7 @@ use fawn_middleware::{
     ModelResponse, RunContext, ToolCallHandler, ToolCallRequest, ToolCallResult,
 };
 use fawn_sandbox::{Sandbox, SandboxError, SandboxProvider, ThreadPaths};
-use fawn_state::{EventSink, Message, StateUpdate, StreamEvent, ThreadState};
+use fawn_state::{EventSink, StateUpdate, StreamEvent, ThreadState};
 use fawn_tools::{Tool, ToolContext, ToolError, ToolOutput};
 use serde_json::{Map, Value, json};
 use std::path::Path;
@@ -79,7 +79,11 @@ impl Recorder {
     }
 
     pub fn last_state(&self) -> Arc<ThreadState> {
-        self.checkpoints().last().expect("a checkpoint").state.clone()
+        self.checkpoints()
+            .last()
+            .expect("a checkpoint")
+            .state
+            .clone()
     }
 
     /// The state a run starting after the last checkpoint would see.
@@ -130,7 +134,13 @@ pub fn assert_writes_replay(rec: &Recorder, mut state: ThreadState) {
     for c in rec.checkpoints() {
         let mut writes: Vec<StateUpdate> = c.writes.iter().map(|(_, w)| w.clone()).collect();
         state.apply_writes(&mut writes).unwrap();
-        assert_eq!(&state, c.state.as_ref(), "replay of step {} ({:?})", c.step, c.source);
+        assert_eq!(
+            &state,
+            c.state.as_ref(),
+            "replay of step {} ({:?})",
+            c.step,
+            c.source
+        );
     }
     let _ = CheckpointSource::Loop;
 }
@@ -150,11 +160,6 @@ impl SandboxProvider for NoSandbox {
     fn thread_paths(&self, thread_id: &str) -> ThreadPaths {
         ThreadPaths::new(Path::new("/tmp/fawn-agent-tests"), "default", thread_id)
     }
-}
-
-/// Settings rooted at `home`, with one model entry named like `model`.
-pub fn settings_at(home: &Path) -> Settings {
-    Settings::with_home(home)
 }
 
 /// A chain builder returning fixed middleware lists.
@@ -226,7 +231,10 @@ pub fn spec(text: &str) -> RunSpec {
         assistant_id: "lead_agent".into(),
         graph_id: "lead_agent".into(),
         attempt: 1,
-        input: Some(StateUpdate::from_value(json!({"messages": [{"role": "user", "content": text}]})).unwrap()),
+        input: Some(
+            StateUpdate::from_value(json!({"messages": [{"role": "user", "content": text}]}))
+                .unwrap(),
+        ),
         ..Default::default()
     }
 }
@@ -275,7 +283,11 @@ impl Tool for Echo {
     fn parameters(&self) -> Value {
         json!({"type": "object", "properties": {"text": {"type": "string"}, "delay_ms": {"type": "integer"}}})
     }
-    async fn call(&self, args: Map<String, Value>, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        args: Map<String, Value>,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
         if let Some(ms) = args.get("delay_ms").and_then(Value::as_u64) {
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(ms)) => {}
@@ -320,9 +332,14 @@ impl Tool for Present {
     fn parameters(&self) -> Value {
         json!({"type": "object", "properties": {"filepaths": {"type": "array"}}})
     }
-    async fn call(&self, args: Map<String, Value>, _: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let paths: Vec<String> = serde_json::from_value(args.get("filepaths").cloned().unwrap_or(json!([])))
-            .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
+    async fn call(
+        &self,
+        args: Map<String, Value>,
+        _: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let paths: Vec<String> =
+            serde_json::from_value(args.get("filepaths").cloned().unwrap_or(json!([])))
+                .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
         let mut out = ToolOutput::text("Successfully presented files");
         out.update = Some(StateUpdate {
             artifacts: Some(paths),
@@ -350,8 +367,16 @@ impl Tool for AskClarification {
     fn return_direct(&self) -> bool {
         true
     }
-    async fn call(&self, args: Map<String, Value>, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let q = args.get("question").and_then(Value::as_str).unwrap_or("?").to_string();
+    async fn call(
+        &self,
+        args: Map<String, Value>,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let q = args
+            .get("question")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_string();
         let mut out = ToolOutput::text(format!("❓ {q}"));
         out.artifact = Some(json!({"human_input": {
             "version": 1, "kind": "human_input_request", "source": "ask_clarification",
@@ -415,8 +440,14 @@ impl Probe {
             .find(|(h, _)| *h == hook)
             .map(|(_, v)| StateUpdate::from_value(v.clone()).unwrap());
         let mut jumps = self.jumps.lock().unwrap();
-        let jump = jumps.iter().position(|(h, _)| *h == hook).map(|i| jumps.remove(i).1);
-        HookOutcome { update, jump_to: jump }
+        let jump = jumps
+            .iter()
+            .position(|(h, _)| *h == hook)
+            .map(|i| jumps.remove(i).1);
+        HookOutcome {
+            update,
+            jump_to: jump,
+        }
     }
 }
 
@@ -428,16 +459,32 @@ impl Middleware for Probe {
     fn hooks(&self) -> &'static [Hook] {
         self.hooks
     }
-    async fn before_agent(&self, _: &ThreadState, _: &RunContext) -> Result<HookOutcome, MiddlewareError> {
+    async fn before_agent(
+        &self,
+        _: &ThreadState,
+        _: &RunContext,
+    ) -> Result<HookOutcome, MiddlewareError> {
         Ok(self.record(Hook::BeforeAgent))
     }
-    async fn before_model(&self, _: &ThreadState, _: &RunContext) -> Result<HookOutcome, MiddlewareError> {
+    async fn before_model(
+        &self,
+        _: &ThreadState,
+        _: &RunContext,
+    ) -> Result<HookOutcome, MiddlewareError> {
         Ok(self.record(Hook::BeforeModel))
     }
-    async fn after_model(&self, _: &ThreadState, _: &RunContext) -> Result<HookOutcome, MiddlewareError> {
+    async fn after_model(
+        &self,
+        _: &ThreadState,
+        _: &RunContext,
+    ) -> Result<HookOutcome, MiddlewareError> {
         Ok(self.record(Hook::AfterModel))
     }
-    async fn after_agent(&self, _: &ThreadState, _: &RunContext) -> Result<HookOutcome, MiddlewareError> {
+    async fn after_agent(
+        &self,
+        _: &ThreadState,
+        _: &RunContext,
+    ) -> Result<HookOutcome, MiddlewareError> {
         Ok(self.record(Hook::AfterAgent))
     }
     async fn wrap_model_call(
@@ -447,14 +494,20 @@ impl Middleware for Probe {
         _: &RunContext,
         next: &dyn ModelCall,
     ) -> Result<ModelResponse, MiddlewareError> {
-        self.log.lock().unwrap().push(format!("{}.wrap_model_call:enter", self.name));
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("{}.wrap_model_call:enter", self.name));
         if self.rewrite_request
             && let Some(last) = request.messages.last_mut()
         {
             last.content = format!("{} [rewritten by {}]", last.text(), self.name).into();
         }
         let r = next.call(request).await;
-        self.log.lock().unwrap().push(format!("{}.wrap_model_call:exit", self.name));
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("{}.wrap_model_call:exit", self.name));
         r
     }
     async fn wrap_tool_call(
@@ -463,16 +516,12 @@ impl Middleware for Probe {
         _: &RunContext,
         next: &dyn ToolCallHandler,
     ) -> Result<ToolCallResult, ToolError> {
-        self.log
-            .lock()
-            .unwrap()
-            .push(format!("{}.wrap_tool_call:{}", self.name, request.call.name));
+        self.log.lock().unwrap().push(format!(
+            "{}.wrap_tool_call:{}",
+            self.name, request.call.name
+        ));
         next.call(request).await
     }
-}
-
-pub fn human(text: &str) -> Message {
-    Message::human(text)
 }
 
 /// An OpenAI-compatible model on the testkit mock, without retries.

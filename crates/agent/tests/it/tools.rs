@@ -26,14 +26,21 @@ impl Tool for Rendezvous {
     fn parameters(&self) -> Value {
         json!({"type": "object", "properties": {"who": {"type": "string"}, "linger_ms": {"type": "integer"}}})
     }
-    async fn call(&self, args: Map<String, Value>, _: &ToolContext) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        args: Map<String, Value>,
+        _: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
         tokio::time::timeout(Duration::from_secs(5), self.barrier.wait())
             .await
             .map_err(|_| ToolError::Failed("calls did not run concurrently".into()))?;
         if let Some(ms) = args.get("linger_ms").and_then(Value::as_u64) {
             tokio::time::sleep(Duration::from_millis(ms)).await;
         }
-        Ok(ToolOutput::text(format!("met {}", args["who"].as_str().unwrap_or("?"))))
+        Ok(ToolOutput::text(format!(
+            "met {}",
+            args["who"].as_str().unwrap_or("?")
+        )))
     }
 }
 
@@ -43,9 +50,17 @@ async fn calls_of_one_message_run_concurrently_results_in_call_order() {
         ScriptedTurn::ToolCalls {
             text: String::new(),
             calls: vec![
-                ("meet".into(), json!({"who": "a", "linger_ms": 150}), "c_a".into()),
+                (
+                    "meet".into(),
+                    json!({"who": "a", "linger_ms": 150}),
+                    "c_a".into(),
+                ),
                 ("meet".into(), json!({"who": "b"}), "c_b".into()),
-                ("meet".into(), json!({"who": "c", "linger_ms": 60}), "c_c".into()),
+                (
+                    "meet".into(),
+                    json!({"who": "c", "linger_ms": 60}),
+                    "c_c".into(),
+                ),
             ],
         },
         ScriptedTurn::text("done"),
@@ -68,7 +83,11 @@ async fn calls_of_one_message_run_concurrently_results_in_call_order() {
         .collect();
     assert_eq!(streamed, ["c_b", "c_c", "c_a"]);
     // …stored in call order.
-    let (_, update) = rec.updates().into_iter().find(|(n, _)| n == "tools").unwrap();
+    let (_, update) = rec
+        .updates()
+        .into_iter()
+        .find(|(n, _)| n == "tools")
+        .unwrap();
     let ids: Vec<&str> = update["messages"]
         .as_array()
         .unwrap()
@@ -76,7 +95,10 @@ async fn calls_of_one_message_run_concurrently_results_in_call_order() {
         .map(|m| m["tool_call_id"].as_str().unwrap())
         .collect();
     assert_eq!(ids, ["c_a", "c_b", "c_c"]);
-    let texts: Vec<String> = rec.last_state().messages[2..5].iter().map(|m| m.text()).collect();
+    let texts: Vec<String> = rec.last_state().messages[2..5]
+        .iter()
+        .map(|m| m.text())
+        .collect();
     assert_eq!(texts, ["met a", "met b", "met c"]);
 }
 
@@ -86,7 +108,10 @@ async fn unknown_tool_gets_an_error_message_listing_tools() {
         ScriptedTurn::tool_call("teleport", json!({}), "c1"),
         ScriptedTurn::text("sorry"),
     ]);
-    let agent = AgentBuilder::new(model.clone()).tool(Echo).tool(Broken).build();
+    let agent = AgentBuilder::new(model.clone())
+        .tool(Echo)
+        .tool(Broken)
+        .build();
     let (out, rec) = run(&agent, spec("go")).await;
     ok(&out);
     let tm = &rec.last_state().messages[2];
@@ -96,7 +121,11 @@ async fn unknown_tool_gets_an_error_message_listing_tools() {
         tm.text(),
         "Error: teleport is not a valid tool, try one of [echo, broken]."
     );
-    assert_eq!(model.requests().len(), 2, "the model hears about it and answers");
+    assert_eq!(
+        model.requests().len(),
+        2,
+        "the model hears about it and answers"
+    );
 }
 
 #[tokio::test]
@@ -121,15 +150,26 @@ async fn tool_failure_becomes_an_error_message_without_middleware() {
 #[tokio::test]
 async fn tool_updates_are_written_with_the_message() {
     let model = scripted([
-        ScriptedTurn::tool_call("present_files", json!({"filepaths": ["/mnt/user-data/outputs/a.md"]}), "c1"),
+        ScriptedTurn::tool_call(
+            "present_files",
+            json!({"filepaths": ["/mnt/user-data/outputs/a.md"]}),
+            "c1",
+        ),
         ScriptedTurn::text("here"),
     ]);
     let agent = AgentBuilder::new(model).tool(Present).build();
     let (out, rec) = run(&agent, spec("go")).await;
     ok(&out);
-    let (_, update) = rec.updates().into_iter().find(|(n, _)| n == "tools").unwrap();
+    let (_, update) = rec
+        .updates()
+        .into_iter()
+        .find(|(n, _)| n == "tools")
+        .unwrap();
     assert_eq!(update["artifacts"], json!(["/mnt/user-data/outputs/a.md"]));
-    assert_eq!(update["messages"][0]["content"], "Successfully presented files");
+    assert_eq!(
+        update["messages"][0]["content"],
+        "Successfully presented files"
+    );
     assert_eq!(
         rec.last_state().artifacts.as_deref(),
         Some(&["/mnt/user-data/outputs/a.md".to_string()][..])
@@ -153,7 +193,11 @@ async fn return_direct_tools_end_the_run() {
         fn return_direct(&self) -> bool {
             true
         }
-        async fn call(&self, _: Map<String, Value>, _: &ToolContext) -> Result<ToolOutput, ToolError> {
+        async fn call(
+            &self,
+            _: Map<String, Value>,
+            _: &ToolContext,
+        ) -> Result<ToolOutput, ToolError> {
             Ok(ToolOutput::text("final from tool"))
         }
     }
@@ -162,6 +206,9 @@ async fn return_direct_tools_end_the_run() {
     let (out, rec) = run(&agent, spec("go")).await;
     ok(&out);
     assert_eq!(model.requests().len(), 1);
-    assert_eq!(rec.last_state().messages.last().unwrap().text(), "final from tool");
+    assert_eq!(
+        rec.last_state().messages.last().unwrap().text(),
+        "final from tool"
+    );
     assert!(rec.checkpoints().last().unwrap().next.is_empty());
 }

@@ -158,6 +158,17 @@ impl Tool for ViewImageTool {
                     "Error: Image file not found: {path}"
                 )));
             }
+            Err(SandboxError::IsADirectory(_)) => {
+                return Ok(ToolOutput::error(format!(
+                    "Error: Path is not a file: {path}"
+                )));
+            }
+            Err(SandboxError::TooLarge(detail)) => {
+                return Ok(ToolOutput::error(format!(
+                    "Error: Image file is too large: {}. Maximum supported size is {MAX_IMAGE_BYTES} bytes",
+                    sandbox.mask(&detail)
+                )));
+            }
             Err(e) => {
                 return Ok(ToolOutput::error(format!(
                     "Error reading image file {path}: {}",

@@ -10,8 +10,10 @@
 //! * **Enablement**: `extensions_config.json` `skills.<name>.enabled` (default enabled).
 //! * **Prompt** ([`SkillCatalog::prompt_section`]): the `<skill_system>` block with
 //!   `<available_skills>` (name, description, container location) and `<disabled_skills>`.
-//! * **Sandbox** ([`SkillCatalog::mounts`]): the host directories of enabled skills and where
-//!   they appear read-only (`/mnt/skills/public/<dir>`); disabled ones are not mounted.
+//! * **Sandbox** ([`SkillCatalog::sandbox_view`], for `LocalSandboxProvider::set_skills`;
+//!   [`SkillCatalog::mounts`] for other providers): the host directories of enabled skills
+//!   and where they appear read-only (`/mnt/skills/public/<dir>`); disabled ones are not
+//!   mounted.
 
 pub mod frontmatter;
 
@@ -391,6 +393,25 @@ files; if one would help, tell the user it can be enabled in settings.\n",
                 container_path: s.container_dir(root),
             })
             .collect()
+    }
+
+    /// The hand-off to the sandbox: what `/mnt/skills` shows. Pass it to
+    /// `LocalSandboxProvider::set_skills` after (re)loading the catalog: enabled skills are
+    /// mounted read-only at `<root>/<category>/<dir>`, disabled ones answer "Skill 'x' is
+    /// disabled", shadowed and invalid ones are absent.
+    pub fn sandbox_view(&self) -> fawn_sandbox::SkillsView {
+        let enabled = self
+            .enabled()
+            .map(|s| fawn_sandbox::SkillMount {
+                subpath: format!("{}/{}", s.category.as_str(), s.dir_name),
+                host_dir: std::path::absolute(&s.host_dir).unwrap_or_else(|_| s.host_dir.clone()),
+            })
+            .collect();
+        let disabled = self
+            .disabled()
+            .map(|s| format!("{}/{}", s.category.as_str(), s.dir_name))
+            .collect();
+        fawn_sandbox::SkillsView { enabled, disabled }
     }
 
     /// Container directories of disabled skills (for tools that must refuse them).

@@ -41,8 +41,8 @@ fn blocked_v4(ip: Ipv4Addr) -> Option<&'static str> {
         [192, 0, 2, _] | [198, 51, 100, _] | [203, 0, 113, _] => "a documentation address",
         [198, 18..=19, ..] => "a benchmarking address",
         [192, 88, 99, _] => "a deprecated relay address",
-        [a, ..] if a >= 224 && a < 240 => "a multicast address",
-        [a, ..] if a >= 240 => "a reserved address",
+        [224..=239, ..] => "a multicast address",
+        [240..=255, ..] => "a reserved address",
         _ => return None,
     };
     Some(reason)

@@ -64,8 +64,8 @@ pub fn tokenize(html: &str) -> Vec<Token> {
         if text_start < i {
             out.push(Token::Text(decode_entities(&html[text_start..i])));
         }
-        if rest.starts_with("<!--") {
-            i = match rest[4..].find("-->") {
+        if let Some(comment) = rest.strip_prefix("<!--") {
+            i = match comment.find("-->") {
                 Some(p) => i + 4 + p + 3,
                 None => b.len(),
             };
@@ -326,7 +326,7 @@ const VOID: [&str; 14] = [
     "track", "wbr",
 ];
 
-const BLOCK: [&str; 22] = [
+const BLOCK: [&str; 19] = [
     "p",
     "div",
     "section",
@@ -342,9 +342,6 @@ const BLOCK: [&str; 22] = [
     "dt",
     "dd",
     "table",
-    "thead",
-    "tbody",
-    "tfoot",
     "center",
     "ul",
     "ol",
@@ -843,6 +840,12 @@ let b = 2;</pre>
         assert!(md.contains("> quoted"), "{md}");
         assert!(md.contains("A | B\n1 | 2"), "{md}");
         assert!(!md.contains("alert") && !md.contains("Home") && !md.contains("foot"));
+    }
+
+    #[test]
+    fn table_sections_keep_rows_together() {
+        let html = "<table><thead><tr><th>N</th><th>V</th></tr></thead><tbody><tr><td>a</td><td>1</td></tr></tbody></table>";
+        assert_eq!(to_markdown(html, None).markdown, "N | V\na | 1");
     }
 
     #[test]

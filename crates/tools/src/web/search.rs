@@ -43,6 +43,10 @@ impl SearchBackend {
     }
 }
 
+/// Longest title and snippet kept per result (bounds the ToolMessage).
+const MAX_TITLE_CHARS: usize = 300;
+const MAX_SNIPPET_CHARS: usize = 1000;
+
 const DESCRIPTION: &str = "\
 Search the web for current information, news, articles and facts. Returns a JSON array of \
 results, each with `title`, `url` and `snippet`. Use specific keywords; follow up with \
@@ -389,6 +393,10 @@ impl Tool for WebSearchTool {
         };
         let mut results = results;
         results.truncate(limit);
+        for r in &mut results {
+            r.title = super::take_chars(&r.title, MAX_TITLE_CHARS);
+            r.snippet = super::take_chars(&r.snippet, MAX_SNIPPET_CHARS);
+        }
         if results.is_empty() {
             return Ok(ToolOutput::text(format!(
                 "No results found for query: {query}"
