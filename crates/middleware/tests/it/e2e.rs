@@ -553,3 +553,28 @@ async fn memory_and_date_injected_on_the_first_turn() {
     let second = transcript(&fx.model.requests()[1]);
     assert_eq!(second.iter().filter(|l| l.contains("<memory>")).count(), 1);
 }
+
+/// Item 42 again with the real local sandbox provider: uploads are listed and read through
+/// the confined sandbox, and a symlink pointing outside the thread is not followed.
+#[tokio::test]
+async fn upload_context_with_the_local_sandbox() {
+    let fx = Fx::new([ScriptedTurn::text("ok")]);
+    let provider = Arc::new(fawn_sandbox::LocalSandboxProvider::new(&fx.settings).unwrap());
+    let uploads = fx.paths().uploads;
+    std::fs::create_dir_all(&uploads).unwrap();
+    std::fs::write(uploads.join("notes.md"), "# Plan\n## Budget\n").unwrap();
+    let secret = fx.dir.path().join("secret.md");
+    std::fs::write(&secret, "# Top secret heading\n").unwrap();
+    std::os::unix::fs::symlink(&secret, uploads.join("link.md")).unwrap();
+    let mut deps = AgentDeps::new(fx.settings.clone(), fx.registry(), provider);
+    deps.chains = Arc::new(DeerFlowChains(fx.deps()));
+    let agent = LeadAgent::new(deps);
+    let input = json!({"messages": [{"role": "user", "content": "read them", "additional_kwargs": {
+        "files": [{"filename": "notes.md", "size": 17}, {"filename": "link.md", "size": 21}]}}]});
+    let (out, _) = run(&agent, spec(input, json!({}))).await;
+    success(&out);
+    let sent = fx.model.requests()[0].messages.last().unwrap().text();
+    assert!(sent.contains("- notes.md (0.0 KB)"), "{sent}");
+    assert!(sent.contains("    L1: Plan\n    L2: Budget"));
+    assert!(!sent.contains("Top secret"), "{sent}");
+}
