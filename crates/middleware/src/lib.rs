@@ -4,7 +4,16 @@
 //! (`before_*` in list order, `after_*` in reverse, `wrap_*` nested with the first middleware
 //! outermost), the per-run [`RunContext`] the hooks see, and DeerFlow's built-in middlewares.
 //! Must never know about HTTP, SSE framing or storage: hooks return state updates and the
-//! agent applies, streams and checkpoints them.
+//! agent applies, streams and checkpoints them; thread files are only reached through the
+//! run's sandbox, memory only through the [`MemorySink`]/[`MemoryReader`] traits.
+//!
+//! For the agent: build one [`ChainDeps`] per process (it holds the process-wide
+//! [`SharedState`]: per-model circuit breakers, the model-call concurrency cap, the
+//! loop-detection history) and call [`build_lead_chain`] / [`build_subagent_chain`] for every
+//! run — middlewares keep per-run state. A model answer standing in for a failed call carries
+//! `additional_kwargs.deerflow_error_fallback` ([`error_fallback`]); the run then ends as
+//! `error`. Stop reasons (`loop_capped`, `subagent_limit_capped`) are set on
+//! [`RunContext::stop_reason`].
 
 pub mod builders;
 pub mod chain;
