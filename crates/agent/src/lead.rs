@@ -484,7 +484,10 @@ fn plan_start(
     let Some(command) = command else {
         if let Some(update) = input {
             return Ok(Plan::Run {
-                begin: Begin::Input { update, then: None },
+                begin: Begin::Input {
+                    update: Box::new(update),
+                    then: None,
+                },
             });
         }
         // No input: continue where the thread stopped.
@@ -534,7 +537,7 @@ fn plan_start(
             }
             return Ok(Plan::Run {
                 begin: Begin::Input {
-                    update: u,
+                    update: Box::new(u),
                     then: goto,
                 },
             });
@@ -544,7 +547,7 @@ fn plan_start(
         let then = goto.or(continue_at).unwrap_or(Node::End);
         return Ok(Plan::Run {
             begin: Begin::Input {
-                update,
+                update: Box::new(update),
                 then: Some(then),
             },
         });
@@ -560,7 +563,10 @@ fn plan_start(
     // `resume` with nothing pending: continue like a null input.
     if let Some(update) = input {
         return Ok(Plan::Run {
-            begin: Begin::Input { update, then: None },
+            begin: Begin::Input {
+                update: Box::new(update),
+                then: None,
+            },
         });
     }
     Ok(match continue_at {

@@ -358,7 +358,9 @@ impl SubagentRunner for SubagentPool {
             ..Default::default()
         };
         let begin = Begin::Input {
-            update: StateUpdate::messages(vec![Message::human(request.prompt.clone())]),
+            update: Box::new(StateUpdate::messages(vec![Message::human(
+                request.prompt.clone(),
+            )])),
             then: None,
         };
         let fut = Loop::new(&graph, &rctx, &cfg, Arc::new(state), -2)

@@ -112,7 +112,7 @@ pub(crate) enum Begin {
     /// New input: an `input` checkpoint, then `__start__` writes it, then `then` (default:
     /// the entry node).
     Input {
-        update: StateUpdate,
+        update: Box<StateUpdate>,
         then: Option<Node>,
     },
     /// Continue at a node (resume after a breakpoint, `command.goto`).
@@ -259,7 +259,7 @@ impl<'a> Loop<'a> {
                 }
                 self.step += 1;
                 let next = then.unwrap_or_else(|| self.graph.topology.entry());
-                let mut writes = vec![update];
+                let mut writes = vec![*update];
                 if let Err(e) = self.apply(&mut writes) {
                     return e;
                 }

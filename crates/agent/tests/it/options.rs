@@ -36,8 +36,9 @@ fn obj(v: Value) -> Map<String, Value> {
 fn option_resolution_table() {
     let settings = Settings::default();
     let models = registry();
-    // (runtime config, expected (model, thinking, effort, plan, subagents, concurrent, total))
-    let cases: Vec<(Value, (&str, bool, Option<&str>, bool, bool, u32, u32))> = vec![
+    // (model, thinking, effort, plan, subagents, concurrent, total)
+    type Want<'a> = (&'a str, bool, Option<&'a str>, bool, bool, u32, u32);
+    let cases: Vec<(Value, Want)> = vec![
         (json!({}), ("default-m", true, None, false, false, 3, 6)),
         (
             json!({"model_name": "plain"}),

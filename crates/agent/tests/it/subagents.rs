@@ -105,11 +105,13 @@ async fn fixture(
     cfg.insert("subagent_enabled".into(), json!(true));
     let run = resolve_options(&cfg, None, &settings, &models, None).unwrap();
     let (_, pool) = agent.build_graph(&run, "thread-1", "run-1").await.unwrap();
-    let mut state = ThreadState::default();
-    state.thread_data = Some(fawn_state::ThreadData {
-        workspace_path: Some("/tmp/ws".into()),
+    let state = ThreadState {
+        thread_data: Some(fawn_state::ThreadData {
+            workspace_path: Some("/tmp/ws".into()),
+            ..Default::default()
+        }),
         ..Default::default()
-    });
+    };
     let ctx = ToolContext {
         thread_id: "thread-1".into(),
         run_id: "run-1".into(),

@@ -132,9 +132,12 @@ impl SandboxProvider for NoSandbox {
 
 /// An in-memory checkpoint store: keeps every checkpoint's metadata and writes (what a real
 /// store persists) and lets go of the full state, as the server does once it has sent it.
+/// One stored checkpoint: step, source, writes, next.
+type Row = (i64, &'static str, Vec<(String, StateUpdate)>, Vec<String>);
+
 #[derive(Default)]
 struct MemoryStore {
-    rows: Mutex<Vec<(i64, &'static str, Vec<(String, StateUpdate)>, Vec<String>)>>,
+    rows: Mutex<Vec<Row>>,
     /// Time at which each `tools` checkpoint was handed over (the end of a step).
     step_ends: Mutex<Vec<(Instant, u64)>>,
     model_nanos: Arc<AtomicU64>,
