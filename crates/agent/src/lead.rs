@@ -375,6 +375,12 @@ impl LeadAgent {
             .run(begin, fork)
             .await;
         let stop_reason = ctx.stop_reason();
+        if !matches!(output.end, LoopEnd::Done { .. })
+            && let Some(id) = ctx.sandbox.acquired_id()
+        {
+            // The after_agent hooks (which release it) did not run.
+            self.deps.sandbox_provider.release(&id).await;
+        }
         match output.end {
             LoopEnd::Done { interrupts } => {
                 if let Some(e) = error_fallback(&output.state) {

@@ -524,7 +524,16 @@ impl<'a> Loop<'a> {
                 let chain = &self.graph.chain;
                 let executor = &executor;
                 let ctx = self.ctx;
-                async move { (i, chain.call_tool(request, ctx, executor).await) }
+                async move {
+                    // A tool that panics becomes an error answer, not a dead run.
+                    let call =
+                        std::panic::AssertUnwindSafe(chain.call_tool(request, ctx, executor));
+                    let result = match futures::FutureExt::catch_unwind(call).await {
+                        Ok(r) => r,
+                        Err(_) => Err(ToolError::Failed("the tool panicked".into())),
+                    };
+                    (i, result)
+                }
             })
             .collect();
         loop {
