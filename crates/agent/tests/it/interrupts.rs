@@ -227,8 +227,18 @@ async fn clarification_is_an_interrupt_until_answered() {
     let tm = state.messages.last().unwrap();
     assert_eq!(tm.kind, MessageKind::Tool);
     assert_eq!(tm.text(), "❓ Which env?");
+    // The tools step's own checkpoint records the pending question (no extra checkpoint).
+    assert_eq!(
+        rec.checkpoint_summary(),
+        vec![
+            (-1, "input", s(&["__start__"])),
+            (0, "loop", s(&["model"])),
+            (1, "loop", s(&["tools"])),
+            (2, "loop", s(&["model"])),
+        ]
+    );
     let last = rec.checkpoints().pop().unwrap();
-    assert_eq!(last.next, s(&["model"]));
+    assert_eq!(last.writes[0].0, "tools");
     assert_eq!(last.tasks[0].interrupts, vec![interrupt.clone()]);
     assert_eq!(model.requests().len(), 1);
 

@@ -303,3 +303,26 @@ async fn cancelling_during_a_tool_stops_the_run() {
     // The model step was kept; the tools step never completed.
     assert_eq!(rec.checkpoints().last().unwrap().next, s(&["tools"]));
 }
+
+#[tokio::test]
+async fn an_input_that_cannot_apply_writes_nothing() {
+    let model = scripted([ScriptedTurn::text("never")]);
+    let agent = AgentBuilder::new(model.clone()).build();
+    let mut sp = spec("x");
+    sp.input = Some(
+        fawn_state::StateUpdate::from_value(
+            json!({"messages": [{"type": "remove", "id": "ghost"}]}),
+        )
+        .unwrap(),
+    );
+    let (out, rec) = run(&agent, sp).await;
+    match out {
+        RunOutcome::Error { error, message } => {
+            assert_eq!(error, "InvalidUpdateError");
+            assert!(message.contains("ghost"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(rec.checkpoints().is_empty());
+    assert!(model.requests().is_empty());
+}
