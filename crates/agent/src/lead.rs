@@ -566,7 +566,12 @@ fn plan_start(
             },
         });
     }
-    // `resume` with nothing pending: continue like a null input.
+    // `resume` that answers nothing: like a null input — a pending question stays pending.
+    if !pending.is_empty() && input.is_none() {
+        return Ok(Plan::Nothing {
+            interrupts: pending,
+        });
+    }
     if let Some(update) = input {
         return Ok(Plan::Run {
             begin: Begin::Input {

@@ -320,3 +320,34 @@ async fn a_new_user_message_also_answers_the_clarification() {
     );
     let _ = ThreadState::default();
 }
+
+#[tokio::test]
+async fn a_resume_for_another_interrupt_leaves_the_question_pending() {
+    let model = scripted([ScriptedTurn::tool_call(
+        "ask_clarification",
+        json!({"question": "Which env?"}),
+        "call_q",
+    )]);
+    let agent = AgentBuilder::new(model.clone())
+        .tool(AskClarification)
+        .build();
+    let (out, rec) = run(&agent, spec("deploy")).await;
+    let RunOutcome::Success { interrupts, .. } = out else {
+        panic!()
+    };
+    let mut resume = follow_up(&rec, None);
+    resume.command = Some(Command {
+        resume: Some(json!({ fawn_agent::interrupts::interrupt_id("other"): "x" })),
+        ..Default::default()
+    });
+    let (out, rec2) = run(&agent, resume).await;
+    assert_eq!(
+        out,
+        RunOutcome::Success {
+            interrupts,
+            stop_reason: None
+        }
+    );
+    assert!(rec2.checkpoints().is_empty());
+    assert_eq!(model.requests().len(), 1);
+}
