@@ -351,3 +351,21 @@ async fn a_resume_for_another_interrupt_leaves_the_question_pending() {
     assert!(rec2.checkpoints().is_empty());
     assert_eq!(model.requests().len(), 1);
 }
+
+#[tokio::test]
+async fn command_resume_continues_from_a_breakpoint() {
+    let model = scripted(tool_then_answer());
+    let agent = AgentBuilder::new(model.clone()).tool(Echo).build();
+    let mut sp = spec("go");
+    sp.interrupt_before = nodes(&["tools"]);
+    let (_, rec) = run(&agent, sp).await;
+    let mut resume = follow_up(&rec, None);
+    resume.command = Some(Command {
+        resume: Some(json!("go on")),
+        ..Default::default()
+    });
+    let (out, rec2) = run(&agent, resume).await;
+    ok(&out);
+    assert_eq!(rec2.updated_nodes(), ["tools", "model"]);
+    assert_eq!(rec2.last_state().messages.last().unwrap().text(), "done");
+}
