@@ -107,6 +107,8 @@ pub(crate) struct Job {
     pub command: String,
     /// The command with virtual paths rewritten to host paths (host bash only).
     pub host_command: String,
+    /// Virtual roots a host-bash command may name (DeerFlow's best-effort path guard).
+    pub host_allowed: Vec<String>,
     pub binds: Vec<Bind>,
     /// Virtual directories to create (parents first) before binding.
     pub dirs: Vec<String>,
@@ -235,6 +237,7 @@ impl Runner {
                 let job = Job {
                     command: "true".into(),
                     host_command: String::new(),
+                    host_allowed: Vec::new(),
                     binds: Vec::new(),
                     dirs: Vec::new(),
                     host_workspace: PathBuf::new(),
@@ -275,7 +278,12 @@ impl Runner {
     pub async fn run(&self, job: &Job) -> Result<ExecOutput, SandboxError> {
         match self.mode().await {
             BashMode::Sandboxed => self.run_sandboxed(job).await,
-            BashMode::Host(_) => self.run_host(job).await,
+            BashMode::Host(_) => {
+                // Not a boundary (see `hostguard`); DeerFlow's behaviour for host bash.
+                crate::hostguard::check(&job.command, &job.host_allowed)
+                    .map_err(SandboxError::Invalid)?;
+                self.run_host(job).await
+            }
             BashMode::Unavailable(msg) => Err(SandboxError::Unavailable(msg)),
         }
     }

@@ -20,6 +20,9 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
+/// The sandbox tools (`bash`, `ls`, `read_file`, `write_file`, `str_replace`, `glob`, `grep`).
+pub mod sandbox_tools;
+
 /// The sandbox of one run, acquired on first use and shared by all its tool calls.
 pub struct SandboxSlot {
     provider: Arc<dyn SandboxProvider>,

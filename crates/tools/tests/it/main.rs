@@ -3,6 +3,7 @@
 
 mod builtins;
 mod registry;
+mod sandbox_tools;
 mod sandboxed;
 mod skills;
 mod support;
