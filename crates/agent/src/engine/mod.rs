@@ -7,7 +7,14 @@
 //! node that runs after it. Hooks that return nothing are still supersteps (they count
 //! towards the recursion limit, as in LangGraph) but are not reported and write no
 //! checkpoint. When the run stops (finished, breakpoint) and the last checkpoint's `next`
-//! is no longer true, one more checkpoint without writes records the right `next`.
+//! is no longer true, one more checkpoint without writes records the right `next`. A run that
+//! ends on a clarification question records `next = [<loop entry>]` with the question as the
+//! task's interrupt (see [`crate::interrupts`]).
+//!
+//! Per-step cost does not depend on the thread's length except for one copy: the
+//! conversation handed to the model chain (`ModelRequest` owns its messages). State writes
+//! are applied in place (when the observer let go of the previous checkpoint's state) and
+//! checkpoints carry deltas.
 
 pub(crate) mod model;
 pub(crate) mod tools;
@@ -455,6 +462,7 @@ impl<'a> Loop<'a> {
         let state = self.state.clone();
         let request = ModelRequest {
             system_prompt: self.graph.system_prompt.clone(),
+            // The one O(messages) copy of a step: the request owns its conversation.
             messages: state.messages.clone(),
             tools: self.graph.tool_specs.clone(),
             tool_choice: None,
