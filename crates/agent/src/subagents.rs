@@ -53,6 +53,8 @@ pub struct SubagentPool {
 /// How one subagent type runs.
 struct TypeSetup {
     system_prompt: String,
+    /// Skill allowlist of this type (`None`: the parent's).
+    skills: Option<Vec<String>>,
     tools: Vec<Arc<dyn Tool>>,
     model: Arc<dyn ChatModel>,
     max_turns: u32,
@@ -133,6 +135,7 @@ impl SubagentPool {
         let over = cfg.agents.get(kind);
         let builtin = |tools: Vec<Arc<dyn Tool>>, default_turns: u32| TypeSetup {
             system_prompt: subagent_system_prompt(kind),
+            skills: over.and_then(|o| o.skills.clone()),
             tools,
             model: self.model_named(over.and_then(|o| o.model.as_deref())),
             max_turns: over
@@ -188,6 +191,9 @@ impl SubagentPool {
                 let model_name = over.and_then(|o| o.model.as_deref()).or(c.model.as_deref());
                 Ok(TypeSetup {
                     system_prompt: c.system_prompt.clone(),
+                    skills: over
+                        .and_then(|o| o.skills.clone())
+                        .or_else(|| c.skills.clone()),
                     tools,
                     model: self.model_named(model_name),
                     max_turns: over
@@ -309,21 +315,32 @@ impl SubagentRunner for SubagentPool {
         run.options.is_plan_mode = false;
         run.options.recursion_limit = setup.max_turns;
         run.model = setup.model.clone();
-        let chain = {
-            let rs = RunSetup {
-                settings: &self.deps.settings,
-                models: &self.deps.models,
-                run: &run,
-                model: setup.model.info(),
-                thread_id: &self.thread_id,
-                run_id: &self.run_id,
-                memory: None,
-                subagents: None,
-                subagent_task: Some(&request.task_id),
-            };
-            self.deps.chains.subagent_chain(&rs, &setup.tools)
+        if let Some(allow) = &setup.skills {
+            let mut agent = run.agent.clone().unwrap_or_default();
+            agent.skills = Some(allow.clone());
+            run.agent = Some(agent);
+        }
+        let rs = RunSetup {
+            settings: &self.deps.settings,
+            models: &self.deps.models,
+            run: &run,
+            model: setup.model.info(),
+            thread_id: &self.thread_id,
+            run_id: &self.run_id,
+            memory: None,
+            subagents: None,
+            subagent_task: Some(&request.task_id),
         };
-        let graph = AgentGraph::new(chain, setup.tools, Some(setup.system_prompt));
+        let chain = self.deps.chains.subagent_chain(&rs, &setup.tools);
+        // The skills this subagent may use, after its own instructions.
+        let skills = self.deps.skills.skill_section(&rs).await;
+        let mut prompt = setup.system_prompt;
+        if !skills.trim().is_empty() {
+            prompt.push_str("\n\n");
+            prompt.push_str(skills.trim());
+            prompt.push('\n');
+        }
+        let graph = AgentGraph::new(chain, setup.tools, Some(prompt));
         let rctx = RunContext {
             thread_id: self.thread_id.clone(),
             run_id: self.run_id.clone(),

@@ -7,7 +7,14 @@
 //! node that runs after it. Hooks that return nothing are still supersteps (they count
 //! towards the recursion limit, as in LangGraph) but are not reported and write no
 //! checkpoint. When the run stops (finished, breakpoint) and the last checkpoint's `next`
-//! is no longer true, one more checkpoint without writes records the right `next`.
+//! is no longer true, one more checkpoint without writes records the right `next`. A run that
+//! ends on a clarification question records `next = [<loop entry>]` with the question as the
+//! task's interrupt (see [`crate::interrupts`]).
+//!
+//! Per-step cost does not depend on the thread's length except for one copy: the
+//! conversation handed to the model chain (`ModelRequest` owns its messages). State writes
+//! are applied in place (when the observer let go of the previous checkpoint's state) and
+//! checkpoints carry deltas.
 
 pub(crate) mod model;
 pub(crate) mod tools;
@@ -245,6 +252,21 @@ impl<'a> Loop<'a> {
         }
         let (mut node, mut skip_breakpoint) = match begin {
             Begin::Input { update, then } => {
+                // Only removals can make a write fail; try those before writing anything so
+                // that a bad input leaves the thread as it was.
+                if update
+                    .messages
+                    .as_deref()
+                    .is_some_and(|m| m.iter().any(|m| m.kind == MessageKind::Remove))
+                {
+                    let mut trial = (*self.state).clone();
+                    if let Err(e) = trial.apply(&mut (*update).clone()) {
+                        return LoopEnd::Failed {
+                            error: "InvalidUpdateError".into(),
+                            message: e.to_string(),
+                        };
+                    }
+                }
                 self.step += 1;
                 if let Err(e) = self
                     .write_checkpoint(
@@ -263,13 +285,13 @@ impl<'a> Loop<'a> {
                 if let Err(e) = self.apply(&mut writes) {
                     return e;
                 }
-                let next_names = self.next_names(next);
+                let (next_names, pending) = self.checkpoint_next(next);
                 let writes = writes
                     .into_iter()
                     .map(|w| (graph::START.to_string(), w))
                     .collect();
                 if let Err(e) = self
-                    .write_checkpoint(CheckpointSource::Loop, writes, next_names, Vec::new())
+                    .write_checkpoint(CheckpointSource::Loop, writes, next_names, pending)
                     .await
                 {
                     return e;
@@ -331,10 +353,10 @@ impl<'a> Loop<'a> {
             }
             self.send_progress(&writes);
             if !writes.is_empty() {
-                let next_names = self.next_names(next);
+                let (next_names, pending) = self.checkpoint_next(next);
                 let writes = writes.into_iter().map(|w| (name.clone(), w)).collect();
                 if let Err(e) = self
-                    .write_checkpoint(CheckpointSource::Loop, writes, next_names, Vec::new())
+                    .write_checkpoint(CheckpointSource::Loop, writes, next_names, pending)
                     .await
                 {
                     return e;
@@ -440,6 +462,7 @@ impl<'a> Loop<'a> {
         let state = self.state.clone();
         let request = ModelRequest {
             system_prompt: self.graph.system_prompt.clone(),
+            // The one O(messages) copy of a step: the request owns its conversation.
             messages: state.messages.clone(),
             tools: self.graph.tool_specs.clone(),
             tool_choice: None,
@@ -524,7 +547,16 @@ impl<'a> Loop<'a> {
                 let chain = &self.graph.chain;
                 let executor = &executor;
                 let ctx = self.ctx;
-                async move { (i, chain.call_tool(request, ctx, executor).await) }
+                async move {
+                    // A tool that panics becomes an error answer, not a dead run.
+                    let call =
+                        std::panic::AssertUnwindSafe(chain.call_tool(request, ctx, executor));
+                    let result = match futures::FutureExt::catch_unwind(call).await {
+                        Ok(r) => r,
+                        Err(_) => Err(ToolError::Failed("the tool panicked".into())),
+                    };
+                    (i, result)
+                }
             })
             .collect();
         loop {
@@ -602,16 +634,7 @@ impl<'a> Loop<'a> {
     /// Reaching `__end__`: make sure the last checkpoint says nothing is left to run, or —
     /// with a pending clarification — that the model runs next once it is answered.
     async fn finish(&mut self) -> LoopEnd {
-        let next = if self.interrupts.is_empty() {
-            Vec::new()
-        } else {
-            vec![
-                self.graph
-                    .topology
-                    .name(self.graph.topology.loop_entry())
-                    .to_string(),
-            ]
-        };
+        let (next, _) = self.checkpoint_next(Node::End);
         if let Err(e) = self.ensure_next(next).await {
             return e;
         }
@@ -644,12 +667,20 @@ impl<'a> Loop<'a> {
             .await
     }
 
-    /// `[name]` of the node that runs next, or `[]` at the end.
-    fn next_names(&self, next: Node) -> Vec<String> {
-        if next == Node::End {
-            Vec::new()
-        } else {
-            vec![self.graph.topology.name(next).to_string()]
+    /// What a checkpoint records when `next` runs next: `[name]`, or `[]` at the end — except
+    /// that a run ending on a pending question records the next model turn with the question
+    /// as its interrupt.
+    fn checkpoint_next(&self, next: Node) -> (Vec<String>, Vec<Interrupt>) {
+        match next {
+            Node::End if self.interrupts.is_empty() => (Vec::new(), Vec::new()),
+            Node::End => {
+                let entry = self.graph.topology.loop_entry();
+                (
+                    vec![self.graph.topology.name(entry).to_string()],
+                    self.interrupts.clone(),
+                )
+            }
+            n => (vec![self.graph.topology.name(n).to_string()], Vec::new()),
         }
     }
 

@@ -94,6 +94,7 @@ async fn fixture(
     let mut b = AgentBuilder::new(lead_model);
     b.models.push(child);
     b.settings = (*settings).clone();
+    b.skills = Some(Arc::new(EchoSkills));
     let agent: LeadAgent = b
         .tool(Echo)
         .tool(AskClarification)
@@ -193,6 +194,10 @@ async fn general_purpose_runs_a_nested_loop_with_the_parents_tools_minus_three()
     let tools: Vec<&str> = req.tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(tools, ["echo", "broken"]);
     assert!(req.messages[0].text().contains("<guidelines>"));
+    assert!(
+        req.messages[0].text().contains("allow=None"),
+        "the parent's skills"
+    );
     assert_eq!(req.messages[1].text(), "do the thing");
     assert_eq!(req.messages.len(), 2, "fresh state: one human message");
     assert!(!req.thinking_enabled);
@@ -229,6 +234,7 @@ async fn custom_subagent_uses_its_prompt_tools_and_model() {
             description: "Digs into sources.\nSecond line.".into(),
             system_prompt: "You research things carefully.".into(),
             tools: Some(vec!["echo".into(), "task".into()]),
+            skills: Some(vec!["deep-research".into()]),
             model: Some("child".into()),
             max_turns: Some(10),
             ..Default::default()
@@ -244,7 +250,15 @@ async fn custom_subagent_uses_its_prompt_tools_and_model() {
     assert_eq!(out.status, SubagentStatus::Completed);
     assert_eq!(out.result, "found it");
     let req = &child.requests()[0];
-    assert_eq!(req.messages[0].text(), "You research things carefully.");
+    let prompt = req.messages[0].text();
+    assert!(
+        prompt.starts_with("You research things carefully.\n\n<skill_system>"),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains(r#"allow=Some(["deep-research"])"#),
+        "{prompt}"
+    );
     let tools: Vec<&str> = req.tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(tools, ["echo"], "task is never given to a subagent");
 }

@@ -184,6 +184,7 @@ pub struct AgentBuilder {
     pub models: Vec<Arc<dyn ChatModel>>,
     pub tools: Vec<Arc<dyn Tool>>,
     pub chains: FixedChains,
+    pub skills: Option<Arc<dyn fawn_agent::SkillsPrompt>>,
 }
 
 impl AgentBuilder {
@@ -193,6 +194,7 @@ impl AgentBuilder {
             models: vec![model],
             tools: Vec::new(),
             chains: FixedChains::default(),
+            skills: None,
         }
     }
 
@@ -214,6 +216,9 @@ impl AgentBuilder {
         );
         deps.tools = vec![Arc::new(StaticTools(self.tools))];
         deps.chains = Arc::new(self.chains);
+        if let Some(s) = self.skills {
+            deps.skills = s;
+        }
         LeadAgent::new(deps)
     }
 }
@@ -540,4 +545,17 @@ pub fn mock_model(mock: &fawn_testkit::MockLlm, supports_thinking: bool) -> Arc<
         .unwrap()
         .default_model()
         .unwrap()
+}
+
+/// A skills section that shows which allowlist it was asked for.
+pub struct EchoSkills;
+
+#[async_trait]
+impl fawn_agent::SkillsPrompt for EchoSkills {
+    async fn skill_section(&self, setup: &RunSetup<'_>) -> String {
+        let allow = setup.run.agent.as_ref().and_then(|a| a.skills.clone());
+        format!(
+            "<skill_system>\n<available_skills>allow={allow:?}</available_skills>\n</skill_system>"
+        )
+    }
 }

@@ -4,8 +4,10 @@
 //! persists). Reports, per step, the wall time minus the time spent inside the model, as
 //! p50/p99 over the steps of the run (pooled over repetitions).
 //!
-//! `cargo run --release -p fawn-bench --bin agent_steps [-- --deerflow]`
+//! `cargo run --release -p fawn-bench --bin agent_steps [-- --keep-state] [--deerflow]`
 //!
+//! `--keep-state` also runs with a store that keeps each checkpoint's full state `Arc` (as a
+//! latest-state cache does), which makes the agent copy its state on the next step.
 //! `--deerflow` also runs DeerFlow's full middleware chain (informational: several of its
 //! middlewares look at the whole history on every call, by design).
 
@@ -138,6 +140,9 @@ type Row = (i64, &'static str, Vec<(String, StateUpdate)>, Vec<String>);
 #[derive(Default)]
 struct MemoryStore {
     rows: Mutex<Vec<Row>>,
+    /// Keep the latest state like a latest-state cache does (`--keep-state`).
+    keep_state: bool,
+    latest: Mutex<Option<Arc<fawn_state::ThreadState>>>,
     /// Time at which each `tools` checkpoint was handed over (the end of a step).
     step_ends: Mutex<Vec<(Instant, u64)>>,
     model_nanos: Arc<AtomicU64>,
@@ -154,6 +159,11 @@ impl EventSink for MemoryStore {
 impl RunObserver for MemoryStore {
     async fn checkpoint(&self, c: StepCheckpoint) -> Result<String, ObserverError> {
         let is_tools = c.writes.first().is_some_and(|(n, _)| n == "tools");
+        if self.keep_state
+            && let Ok(mut l) = self.latest.lock()
+        {
+            *l = Some(c.state.clone());
+        }
         let mut rows = self
             .rows
             .lock()
@@ -176,6 +186,7 @@ impl RunObserver for MemoryStore {
 async fn one_run(
     steps: usize,
     deerflow: bool,
+    keep_state: bool,
     home: &std::path::Path,
 ) -> anyhow::Result<Vec<Duration>> {
     let model_nanos = Arc::new(AtomicU64::new(0));
@@ -190,7 +201,12 @@ async fn one_run(
         steps,
         model_nanos: model_nanos.clone(),
     });
-    let settings = Arc::new(Settings::with_home(home));
+    let mut settings = Settings::with_home(home);
+    // One long run: allow every superstep (DeerFlow's chain adds a node per hook), and do not
+    // let loop detection stop a run that calls the same tool hundreds of times on purpose.
+    settings.app.max_recursion_limit = 1_000_000;
+    settings.app.loop_detection.enabled = false;
+    let settings = Arc::new(settings);
     let models = ModelRegistry::from_models(vec![model]);
     let mut deps = if deerflow {
         AgentDeps::deerflow(settings, models, Arc::new(NoSandbox), false)
@@ -202,6 +218,7 @@ async fn one_run(
     let agent = LeadAgent::new(deps);
     let store = Arc::new(MemoryStore {
         model_nanos: model_nanos.clone(),
+        keep_state,
         ..Default::default()
     });
     let spec = RunSpec {
@@ -210,7 +227,7 @@ async fn one_run(
         assistant_id: "lead_agent".into(),
         graph_id: "lead_agent".into(),
         attempt: 1,
-        recursion_limit: Some(json!(1000)),
+        recursion_limit: Some(json!(1_000_000)),
         input: Some(StateUpdate::from_value(json!({"messages": "go"}))?),
         ..Default::default()
     };
@@ -240,6 +257,49 @@ async fn one_run(
     Ok(out)
 }
 
+/// The conversation of a run after `steps` steps, as the loop stores it.
+fn conversation(steps: usize) -> Vec<Message> {
+    let mut v = vec![Message::human("go").with_id(uuid::Uuid::new_v4().to_string())];
+    for call in 0..steps {
+        let mut acc = fawn_state::ChunkAccumulator::new();
+        for c in chunks(call, steps) {
+            acc.push(&c);
+        }
+        let mut ai = acc.finish();
+        ai.id = Some(format!("lc_run--{}", uuid::Uuid::new_v4()));
+        v.push(ai);
+        v.push(
+            Message::tool(
+                format!("echo: step {call}"),
+                format!("call_{call}"),
+                Some("echo".into()),
+            )
+            .with_id(uuid::Uuid::new_v4().to_string()),
+        );
+    }
+    v
+}
+
+/// What copying the conversation into one model request costs at each size (the
+/// `Vec<Message>` a `ModelRequest` owns), for reading the table above.
+fn copy_costs() {
+    println!("\ncopy of the conversation into one model request (Vec<Message>::clone)");
+    println!("{:>6} {:>9} {:>10}", "steps", "messages", "µs");
+    for steps in [10usize, 30, 100, 300] {
+        let conv = conversation(steps);
+        let reps = 200;
+        let t = Instant::now();
+        let mut total = 0usize;
+        for _ in 0..reps {
+            let c = conv.clone();
+            total += c.len();
+            drop(c);
+        }
+        let per = t.elapsed() / reps;
+        println!("{steps:>6} {:>9} {:>10.1}", total / reps as usize, us(per));
+    }
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -252,13 +312,18 @@ fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
-async fn table(deerflow: bool, home: &std::path::Path) -> anyhow::Result<()> {
+async fn table(deerflow: bool, keep_state: bool, home: &std::path::Path) -> anyhow::Result<()> {
     println!(
-        "\n{} — framework overhead per step (model + tool), excluding model time",
+        "\n{}, store {} — framework overhead per step (model + tool), excluding model time",
         if deerflow {
             "DeerFlow middleware chain"
         } else {
             "bare loop (no middlewares)"
+        },
+        if keep_state {
+            "keeps writes + latest state"
+        } else {
+            "keeps writes"
         }
     );
     println!(
@@ -266,13 +331,13 @@ async fn table(deerflow: bool, home: &std::path::Path) -> anyhow::Result<()> {
         "steps", "samples", "p50 µs", "p99 µs", "mean µs"
     );
     // Warm up allocators and lazy statics.
-    one_run(20, deerflow, home).await?;
+    one_run(20, deerflow, keep_state, home).await?;
     let mut p50_10 = None;
     for steps in [10usize, 30, 100, 300] {
         let reps = (3000 / steps).clamp(3, 100);
         let mut samples = Vec::new();
         for _ in 0..reps {
-            samples.extend(one_run(steps, deerflow, home).await?);
+            samples.extend(one_run(steps, deerflow, keep_state, home).await?);
         }
         samples.sort();
         let mean = samples.iter().sum::<Duration>() / samples.len().max(1) as u32;
@@ -300,15 +365,20 @@ async fn table(deerflow: bool, home: &std::path::Path) -> anyhow::Result<()> {
 
 fn main() -> anyhow::Result<()> {
     let deerflow = std::env::args().any(|a| a == "--deerflow");
+    let keep_state = std::env::args().any(|a| a == "--keep-state");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let home = std::env::temp_dir().join(format!("fawn-bench-{}", std::process::id()));
     rt.block_on(async {
-        table(false, &home).await?;
-        if deerflow {
-            table(true, &home).await?;
+        table(false, false, &home).await?;
+        if keep_state {
+            table(false, true, &home).await?;
         }
+        if deerflow {
+            table(true, false, &home).await?;
+        }
+        copy_costs();
         anyhow::Ok(())
     })?;
     let _ = std::fs::remove_dir_all(&home);
