@@ -286,7 +286,9 @@ pub struct Checkpoint {
     pub run_id: Option<String>,
     pub metadata: JsonMap,
     pub created_at: DateTime<Utc>,
-    pub state: ThreadState,
+    /// The full state at this checkpoint. Shared, so that a read served from the store's
+    /// cache (the latest state of a thread) costs no copy of the message list.
+    pub state: Arc<ThreadState>,
     /// The step's writes, `(node, update JSON)`.
     pub writes: Vec<(String, Value)>,
     pub next: Vec<String>,
