@@ -191,7 +191,7 @@ pub trait CronStore: Send + Sync {
         &self,
         now: DateTime<Utc>,
         limit: u64,
-        next: &(dyn Fn(&Cron) -> Option<DateTime<Utc>> + Send + Sync),
+        next: &(dyn for<'c> Fn(&'c Cron) -> Option<DateTime<Utc>> + Send + Sync),
     ) -> Result<Vec<Cron>>;
 }
 
