@@ -1,0 +1,12 @@
+//! Persistence conformance suite: every case runs against SQLite and Postgres.
+
+mod support;
+
+mod assistants;
+mod checkpoints;
+mod crons;
+mod durability;
+mod replay;
+mod runs;
+mod store;
+mod threads;
