@@ -15,7 +15,6 @@ use fawn_config::Settings;
 use fawn_llm::ModelRegistry;
 use serde_json::{Map, json};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
@@ -181,64 +180,6 @@ pub async fn bind_listener(host: &str, port: u16) -> Result<Listener, BuildError
     }
 }
 
-/// The database the settings ask for: Postgres when configured, else a SQLite file under
-/// the data dir.
-pub fn backend_config(settings: &Settings) -> BackendConfig {
-    let home = &settings.home;
-    let default_sqlite = || BackendConfig::Sqlite {
-        path: home.join("fawn.db"),
-    };
-    let resolve = |p: &str| {
-        let p = PathBuf::from(p.strip_prefix("sqlite://").unwrap_or(p));
-        if p.is_absolute() { p } else { home.join(p) }
-    };
-    if let Some(db) = &settings.app.database {
-        let backend = db.backend.as_deref().unwrap_or("sqlite");
-        if (backend.eq_ignore_ascii_case("postgres") || backend.eq_ignore_ascii_case("postgresql"))
-            && let Some(url) = &db.url
-        {
-            return BackendConfig::Postgres {
-                url: url.clone(),
-                schema: db.postgres_schema.clone(),
-            };
-        }
-        if let Some(url) = db.url.as_deref().filter(|u| u.starts_with("sqlite:")) {
-            let path = url
-                .trim_start_matches("sqlite://")
-                .trim_start_matches("sqlite:");
-            return BackendConfig::Sqlite {
-                path: resolve(path),
-            };
-        }
-        if let Some(p) = &db.sqlite_path {
-            return BackendConfig::Sqlite { path: resolve(p) };
-        }
-        if let Some(d) = &db.sqlite_dir {
-            return BackendConfig::Sqlite {
-                path: resolve(d).join("fawn.db"),
-            };
-        }
-        return default_sqlite();
-    }
-    if let Some(cp) = &settings.app.checkpointer {
-        let kind = cp.kind.as_deref().unwrap_or("sqlite");
-        if kind.starts_with("postgres")
-            && let Some(url) = &cp.connection_string
-        {
-            return BackendConfig::Postgres {
-                url: url.clone(),
-                schema: None,
-            };
-        }
-        if kind == "sqlite"
-            && let Some(p) = &cp.connection_string
-        {
-            return BackendConfig::Sqlite { path: resolve(p) };
-        }
-    }
-    default_sqlite()
-}
-
 /// The graphs served when the caller does not provide any.
 ///
 /// SEAM: the real DeerFlow lead agent (crate `fawn-agent`) is registered here under
@@ -339,10 +280,11 @@ impl Application {
             port: options.port,
             source: e,
         })?;
-        let backend = options
-            .backend
-            .clone()
-            .unwrap_or_else(|| backend_config(&settings));
+        let backend = match options.backend.clone() {
+            Some(b) => b,
+            None => BackendConfig::from_settings(&settings)
+                .map_err(|e| BuildError::Database(e.to_string()))?,
+        };
         if let BackendConfig::Sqlite { path } = &backend
             && let Some(dir) = path.parent()
         {
@@ -487,6 +429,7 @@ impl Application {
             .await;
         signals.abort();
         crate::runs::shutdown(&state).await;
+        state.store.close().await;
         result
     }
 }

@@ -18,8 +18,7 @@ pub mod testing;
 pub mod wire;
 
 pub use app::{
-    AppHandle, AppOptions, AppState, Application, BuildError, Clock, backend_config, bind_listener,
-    default_graphs,
+    AppHandle, AppOptions, AppState, Application, BuildError, Clock, bind_listener, default_graphs,
 };
 pub use graphs::{Graphs, LEAD_AGENT, system_assistant_id};
 

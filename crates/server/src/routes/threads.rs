@@ -665,7 +665,7 @@ pub async fn apply_state_update(
     };
     let mut state: ThreadState = base_cp
         .as_ref()
-        .map(|c| c.state.clone())
+        .map(|c| (*c.state).clone())
         .unwrap_or_default();
     state
         .apply_writes(&mut writes)

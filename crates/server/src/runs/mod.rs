@@ -366,7 +366,7 @@ fn start_point(cp: Option<&Checkpoint>, is_fork: bool) -> StartPoint {
     match cp {
         Some(cp) => StartPoint {
             checkpoint_id: Some(cp.checkpoint_id.clone()),
-            state: cp.state.clone(),
+            state: (*cp.state).clone(),
             next: cp.next.clone(),
             tasks: cp
                 .tasks
