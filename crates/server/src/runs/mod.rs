@@ -737,14 +737,17 @@ async fn complete(
             values_json.clone(),
         ),
     };
+    // A cancelled run leaves the thread idle at its last checkpoint (not "interrupted",
+    // even though that checkpoint has nodes scheduled next).
+    let cancelled = status == RunStatus::Interrupted;
     let finish = RunFinish {
         status,
         error: error.clone(),
         stop_reason,
         thread: ThreadSummary {
             values,
-            interrupts,
-            has_next,
+            interrupts: if cancelled { Map::new() } else { interrupts },
+            has_next: has_next && !cancelled,
             error: error.clone(),
             metadata: thread_meta,
             config: thread_config,

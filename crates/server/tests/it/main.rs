@@ -22,3 +22,5 @@ macro_rules! backends {
 }
 
 mod meta;
+mod runs;
+mod sse_reader;
