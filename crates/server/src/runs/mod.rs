@@ -325,10 +325,19 @@ pub async fn execute(app: AppState, run: Run, permit: OwnedSemaphorePermit) {
     if let Some(action) = run.cancel_requested {
         active.stop(StopReason::Cancel(action));
     }
-    let hb = tokio::spawn(heartbeat_loop(app.clone(), run_id.clone(), active.clone()));
     let span = tracing::info_span!("run", run_id = %run_id, thread_id = %run.thread_id, attempt = run.attempt);
-    run_attempt(&app, &run, &active).instrument(span).await;
-    hb.abort();
+    // The heartbeat runs in this task, so aborting the task (a crash) stops both.
+    let heartbeat = heartbeat_loop(app.clone(), run_id.clone(), active.clone());
+    let work = run_attempt(&app, &run, &active).instrument(span);
+    tokio::pin!(heartbeat);
+    tokio::pin!(work);
+    let mut heartbeat_done = false;
+    loop {
+        tokio::select! {
+            _ = &mut work => break,
+            _ = &mut heartbeat, if !heartbeat_done => heartbeat_done = true,
+        }
+    }
     lock(&app.queue.active).remove(&run_id);
     drop(permit);
     app.queue.notify.notify_one();

@@ -21,6 +21,8 @@ macro_rules! backends {
     };
 }
 
+mod assistants_store;
 mod meta;
 mod runs;
 mod sse_reader;
+mod threads;
