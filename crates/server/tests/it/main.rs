@@ -22,7 +22,10 @@ macro_rules! backends {
 }
 
 mod assistants_store;
+mod bad_input;
+mod crons;
 mod meta;
+mod recovery;
 mod runs;
 mod sse_reader;
 mod threads;
