@@ -104,7 +104,15 @@ async fn thread_delete_cascades(db: Arc<dyn Persistence>) {
         })
         .await
         .unwrap();
-    let (cp, _) = put_step(&*db, &id, None, None, json!({}), vec![("n", say("m1", "hi"))]).await;
+    let (cp, _) = put_step(
+        &*db,
+        &id,
+        None,
+        None,
+        json!({}),
+        vec![("n", say("m1", "hi"))],
+    )
+    .await;
     db.put_writes(&id, "", &cp, "task", vec![("messages".into(), json!(1))])
         .await
         .unwrap();
@@ -130,7 +138,12 @@ async fn thread_delete_cascades(db: Arc<dyn Persistence>) {
     })
     .await
     .unwrap();
-    assert!(db.list_checkpoints(&id, &HistoryQuery::default()).await.unwrap().is_empty());
+    assert!(
+        db.list_checkpoints(&id, &HistoryQuery::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 async fn thread_search_and_count(db: Arc<dyn Persistence>) {
@@ -176,7 +189,12 @@ async fn thread_search_and_count(db: Arc<dyn Persistence>) {
             .unwrap()
         }
     };
-    let ids_of = |p: &Page<Thread>| p.items.iter().map(|t| t.thread_id.clone()).collect::<Vec<_>>();
+    let ids_of = |p: &Page<Thread>| {
+        p.items
+            .iter()
+            .map(|t| t.thread_id.clone())
+            .collect::<Vec<_>>()
+    };
 
     let all = search(ThreadFilter::default()).await;
     assert_eq!(ids_of(&all), ids);
@@ -188,12 +206,18 @@ async fn thread_search_and_count(db: Arc<dyn Persistence>) {
     assert_eq!(ids_of(&search(meta(json!({"kind": "a"}))).await), ids[..3]);
     assert_eq!(ids_of(&search(meta(json!({"i": 3}))).await), ids[3..4]);
     assert_eq!(ids_of(&search(meta(json!({"i": 3.0}))).await), ids[3..4]);
-    assert_eq!(ids_of(&search(meta(json!({"i": "3"}))).await), Vec::<String>::new());
+    assert_eq!(
+        ids_of(&search(meta(json!({"i": "3"}))).await),
+        Vec::<String>::new()
+    );
     assert_eq!(
         ids_of(&search(meta(json!({"even": true, "kind": "b"}))).await),
         ids[4..5]
     );
-    assert_eq!(ids_of(&search(meta(json!({"tags": ["t2"]}))).await), ids[2..3]);
+    assert_eq!(
+        ids_of(&search(meta(json!({"tags": ["t2"]}))).await),
+        ids[2..3]
+    );
     assert_eq!(ids_of(&search(meta(json!({"tags": ["x"]}))).await).len(), 5);
     assert_eq!(ids_of(&search(meta(json!({"tags": "x"}))).await).len(), 0);
     assert_eq!(
@@ -204,8 +228,14 @@ async fn thread_search_and_count(db: Arc<dyn Persistence>) {
         ids_of(&search(meta(json!({"nested": {"k": "same"}}))).await).len(),
         5
     );
-    assert_eq!(ids_of(&search(meta(json!({"nothing": null}))).await).len(), 5);
-    assert_eq!(ids_of(&search(meta(json!({"missing": null}))).await).len(), 0);
+    assert_eq!(
+        ids_of(&search(meta(json!({"nothing": null}))).await).len(),
+        5
+    );
+    assert_eq!(
+        ids_of(&search(meta(json!({"missing": null}))).await).len(),
+        0
+    );
 
     let values = search(ThreadFilter {
         values: Some(obj(json!({"title": "hello"}))),
@@ -315,7 +345,10 @@ async fn thread_search_and_count(db: Arc<dyn Persistence>) {
     assert_eq!(ids_of(&by_id), sorted);
 
     assert_eq!(db.count_threads(&ThreadFilter::default()).await.unwrap(), 5);
-    assert_eq!(db.count_threads(&meta(json!({"kind": "b"}))).await.unwrap(), 2);
+    assert_eq!(
+        db.count_threads(&meta(json!({"kind": "b"}))).await.unwrap(),
+        2
+    );
     assert_eq!(
         db.count_threads(&meta(json!({"nested": {"deep": {"v": 1}}})))
             .await
@@ -371,8 +404,15 @@ async fn thread_summary_drives_status(db: Arc<dyn Persistence>) {
     assert_eq!(t.status, ThreadStatus::Interrupted);
     assert_eq!(t.values, Some(json!({"messages": []})), "None keeps values");
     assert_eq!(t.state_updated_at, stamp);
-    assert_eq!(t.config, obj(json!({"configurable": {"x": 1}})), "None keeps config");
-    assert_eq!(t.interrupts, obj(json!({"task1": [{"id": "i1", "value": "ok?"}]})));
+    assert_eq!(
+        t.config,
+        obj(json!({"configurable": {"x": 1}})),
+        "None keeps config"
+    );
+    assert_eq!(
+        t.interrupts,
+        obj(json!({"task1": [{"id": "i1", "value": "ok?"}]}))
+    );
 
     let t = db
         .set_thread_summary(
@@ -396,7 +436,10 @@ async fn thread_summary_drives_status(db: Arc<dyn Persistence>) {
     })
     .await
     .unwrap();
-    assert_eq!(db.get_thread(&id).await.unwrap().unwrap().status, ThreadStatus::Busy);
+    assert_eq!(
+        db.get_thread(&id).await.unwrap().unwrap().status,
+        ThreadStatus::Busy
+    );
     let t = db
         .set_thread_summary(&id, ThreadSummary::default())
         .await
@@ -411,7 +454,10 @@ async fn thread_summary_drives_status(db: Arc<dyn Persistence>) {
     )
     .await
     .unwrap();
-    assert_eq!(db.get_thread(&id).await.unwrap().unwrap().status, ThreadStatus::Idle);
+    assert_eq!(
+        db.get_thread(&id).await.unwrap().unwrap().status,
+        ThreadStatus::Idle
+    );
 
     let missing = new_id();
     assert_eq!(
@@ -469,14 +515,21 @@ async fn thread_copy(db: Arc<dyn Persistence>) {
     assert_eq!(copy.status, ThreadStatus::Idle);
     assert_eq!(copy.values, Some(s2.to_value()));
 
-    let history = db.list_checkpoints(&dst, &HistoryQuery::default()).await.unwrap();
+    let history = db
+        .list_checkpoints(&dst, &HistoryQuery::default())
+        .await
+        .unwrap();
     assert_eq!(history.len(), 2);
     assert_eq!(history[0].checkpoint_id, c2);
     assert_eq!(history[0].thread_id, dst);
     assert_eq!(*history[0].state, s2);
     assert_eq!(history[0].parent_id.as_deref(), Some(c1.as_str()));
     assert_eq!(*history[1].state, s1);
-    assert_eq!(history[1].metadata["thread_id"], json!(dst), "thread_id rewritten");
+    assert_eq!(
+        history[1].metadata["thread_id"],
+        json!(dst),
+        "thread_id rewritten"
+    );
     assert_eq!(
         db.pending_writes(&dst, "", &c2).await.unwrap()[0].value,
         json!("w")
@@ -492,11 +545,19 @@ async fn thread_copy(db: Arc<dyn Persistence>) {
     )
     .await;
     assert_eq!(
-        db.get_checkpoint(&src, "", None).await.unwrap().unwrap().checkpoint_id,
+        db.get_checkpoint(&src, "", None)
+            .await
+            .unwrap()
+            .unwrap()
+            .checkpoint_id,
         c2
     );
     assert_eq!(
-        db.get_checkpoint(&dst, "", None).await.unwrap().unwrap().checkpoint_id,
+        db.get_checkpoint(&dst, "", None)
+            .await
+            .unwrap()
+            .unwrap()
+            .checkpoint_id,
         c3
     );
 
@@ -520,10 +581,30 @@ async fn thread_prune(db: Arc<dyn Persistence>) {
             .unwrap()
             .thread_id;
         let (c1, s1) = put_step(&*db, &id, None, None, json!({}), vec![("n", say("a", "1"))]).await;
-        let (c2, s2) = put_step(&*db, &id, Some((&c1, &s1)), None, json!({}), vec![("n", say("b", "2"))]).await;
-        let (c3, s3) = put_step(&*db, &id, Some((&c2, &s2)), None, json!({}), vec![("n", say("c", "3"))]).await;
-        db.put_writes(&id, "", &c1, "t", vec![("x".into(), json!(1))]).await.unwrap();
-        db.put_writes(&id, "", &c3, "t", vec![("x".into(), json!(3))]).await.unwrap();
+        let (c2, s2) = put_step(
+            &*db,
+            &id,
+            Some((&c1, &s1)),
+            None,
+            json!({}),
+            vec![("n", say("b", "2"))],
+        )
+        .await;
+        let (c3, s3) = put_step(
+            &*db,
+            &id,
+            Some((&c2, &s2)),
+            None,
+            json!({}),
+            vec![("n", say("c", "3"))],
+        )
+        .await;
+        db.put_writes(&id, "", &c1, "t", vec![("x".into(), json!(1))])
+            .await
+            .unwrap();
+        db.put_writes(&id, "", &c3, "t", vec![("x".into(), json!(3))])
+            .await
+            .unwrap();
         threads.push((id, c3, s3));
     }
     let missing = new_id();
@@ -536,14 +617,25 @@ async fn thread_prune(db: Arc<dyn Persistence>) {
         .unwrap();
     assert_eq!(n, 2);
     for (id, latest, state) in &threads[..2] {
-        let history = db.list_checkpoints(id, &HistoryQuery::default()).await.unwrap();
+        let history = db
+            .list_checkpoints(id, &HistoryQuery::default())
+            .await
+            .unwrap();
         assert_eq!(history.len(), 1);
         assert_eq!(&history[0].checkpoint_id, latest);
         assert_eq!(*history[0].state, *state);
         assert_eq!(history[0].parent_id, None);
         assert_eq!(db.pending_writes(id, "", latest).await.unwrap().len(), 1);
         // The pruned thread keeps working.
-        put_step(&*db, id, Some((latest, state)), None, json!({}), vec![("n", say("d", "4"))]).await;
+        put_step(
+            &*db,
+            id,
+            Some((latest, state)),
+            None,
+            json!({}),
+            vec![("n", say("d", "4"))],
+        )
+        .await;
         let latest_now = db.get_checkpoint(id, "", None).await.unwrap().unwrap();
         assert_eq!(latest_now.state.messages.len(), 4);
     }
@@ -556,7 +648,10 @@ async fn thread_prune(db: Arc<dyn Persistence>) {
         "not listed: untouched"
     );
     let n = db
-        .prune_threads(&[threads[2].0.clone(), threads[0].0.clone()], PruneStrategy::Delete)
+        .prune_threads(
+            &[threads[2].0.clone(), threads[0].0.clone()],
+            PruneStrategy::Delete,
+        )
         .await
         .unwrap();
     assert_eq!(n, 2);
