@@ -2,7 +2,7 @@
 //! row and points the assistant at it.
 
 use super::db::{Arg, DbErr, DbResult, Row, Sql, Tx, retry};
-use super::{SqlStore, Where, dir};
+use super::{Select, SqlStore, Where, dir};
 use crate::ids::{self, new_uuid4};
 use crate::json::merge_shallow;
 use crate::types::*;
@@ -302,11 +302,14 @@ impl SqlStore {
             AssistantSort::UpdatedAt => "updated_at",
         };
         let d = dir(query.sort_order);
+        let order = format!("{col} {d}, assistant_id {d}");
         self.search_page(
-            assistant_cols!(),
-            "assistants",
+            Select {
+                cols: assistant_cols!(),
+                from: "assistants",
+                order: &order,
+            },
             assistant_filter(self, &query.filter),
-            &format!("{col} {d}, assistant_id {d}"),
             query.limit,
             query.offset,
             assistant_from_row,
@@ -328,10 +331,12 @@ impl SqlStore {
         }
         let page = self
             .search_page(
-                version_cols!(),
-                "assistant_versions",
+                Select {
+                    cols: version_cols!(),
+                    from: "assistant_versions",
+                    order: "version DESC",
+                },
                 w,
-                "version DESC",
                 limit,
                 offset,
                 version_from_row,

@@ -2,7 +2,7 @@
 //! one (Postgres: `FOR UPDATE SKIP LOCKED`; SQLite: the single writer).
 
 use super::db::{Arg, DbErr, DbResult, Row, Sql, retry};
-use super::{SqlStore, Where, clamp_i64, dir};
+use super::{Select, SqlStore, Where, clamp_i64, dir};
 use crate::ids::{self, new_uuid7};
 use crate::json::merge_shallow;
 use crate::types::*;
@@ -191,11 +191,14 @@ impl SqlStore {
             CronSort::EndTime => "end_time",
         };
         let d = dir(query.sort_order);
+        let order = format!("{col} {d} NULLS LAST, cron_id {d}");
         self.search_page(
-            cron_cols!(),
-            "crons",
+            Select {
+                cols: cron_cols!(),
+                from: "crons",
+                order: &order,
+            },
             cron_filter(self, &query.filter),
-            &format!("{col} {d} NULLS LAST, cron_id {d}"),
             query.limit,
             query.offset,
             cron_from_row,

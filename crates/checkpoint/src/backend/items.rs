@@ -2,7 +2,7 @@
 //! key (see [`crate::json::encode_namespace`]) so that prefix search is a range scan.
 
 use super::db::{Arg, DbErr, DbResult, Row, Sql, retry};
-use super::{SqlStore, Where};
+use super::{Select, SqlStore, Where};
 use crate::ids::{self, plus_minutes};
 use crate::json::{decode_namespace, encode_namespace, namespace_range};
 use crate::types::*;
@@ -147,10 +147,12 @@ impl SqlStore {
         }
         let page = self
             .search_page(
-                item_cols!(),
-                "store_items",
+                Select {
+                    cols: item_cols!(),
+                    from: "store_items",
+                    order: "updated_at DESC, namespace, key",
+                },
                 w,
-                "updated_at DESC, namespace, key",
                 query.limit,
                 query.offset,
                 item_from_row,

@@ -436,19 +436,25 @@ pub(crate) fn clamp_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
+/// `SELECT {cols} FROM {from} … ORDER BY {order}`.
+pub(crate) struct Select<'a> {
+    pub cols: &'a str,
+    pub from: &'a str,
+    pub order: &'a str,
+}
+
 impl SqlStore {
     /// Runs `SELECT {cols} FROM {from}{where} ORDER BY {order}` for one page, with the
     /// total number of matches.
     async fn search_page<T>(
         &self,
-        cols: &str,
-        from: &str,
+        select: Select<'_>,
         mut filter: Where,
-        order: &str,
         limit: u64,
         offset: u64,
         decode: fn(&Row) -> DbResult<T>,
     ) -> DbResult<Page<T>> {
+        let Select { cols, from, order } = select;
         let where_sql = filter.sql();
         if filter.has_post() {
             // Some conditions are checked in Rust: read every candidate, then page.

@@ -2,8 +2,8 @@
 
 use super::db::{Arg, DbErr, DbResult, Sql, Tx, retry};
 use super::{
-    SqlStore, Where, checkpoints, dir, lock_thread, prune_strategy_str, refresh_thread_status,
-    thread_cols, thread_from_row, thread_not_found,
+    Select, SqlStore, Where, checkpoints, dir, lock_thread, prune_strategy_str,
+    refresh_thread_status, thread_cols, thread_from_row, thread_not_found,
 };
 use crate::ids::{self, new_uuid7, plus_minutes};
 use crate::json::merge_shallow;
@@ -235,10 +235,12 @@ impl SqlStore {
         let d = dir(query.sort_order);
         let order = format!("{col} {d}, thread_id {d}");
         self.search_page(
-            thread_cols!(),
-            "threads",
+            Select {
+                cols: thread_cols!(),
+                from: "threads",
+                order: &order,
+            },
             thread_filter(self, &query.filter),
-            &order,
             query.limit,
             query.offset,
             thread_from_row,

@@ -1,4 +1,5 @@
 //! Persistence conformance suite: every case runs against SQLite and Postgres.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
