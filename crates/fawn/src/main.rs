@@ -83,7 +83,7 @@ fn load_options(path: Option<PathBuf>) -> fawn_config::LoadOptions {
 }
 
 /// Every problem of the configuration, errors first: the loader's, then those of the
-/// registries that own `use:` paths (models).
+/// registries that own `use:` paths (models, tools). Invalid skills are warnings.
 fn check_config(path: Option<PathBuf>) -> ExitCode {
     let loaded = match fawn_config::load(&load_options(path)) {
         Ok(l) => l,
@@ -95,9 +95,20 @@ fn check_config(path: Option<PathBuf>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let errors = fawn_llm::validate_models(&loaded.settings.app);
+    let mut errors = fawn_llm::validate_models(&loaded.settings.app);
+    errors.extend(fawn_tools::registry::validate_tool_config(
+        &loaded.settings.app,
+    ));
+    let skills = fawn_tools::skills::SkillCatalog::scan(
+        &loaded.settings.skills_dir,
+        &loaded.settings.extensions.skills,
+        &loaded.settings.app.skills.container_path,
+    );
     for issue in &loaded.warnings {
         eprintln!("warning: {issue}");
+    }
+    for invalid in skills.invalid() {
+        eprintln!("warning: {invalid} (skill not loaded)");
     }
     for issue in &errors {
         eprintln!("error: {issue}");
@@ -112,10 +123,12 @@ fn check_config(path: Option<PathBuf>) -> ExitCode {
         None => println!("config OK (no config file found; using defaults)"),
     }
     println!(
-        "  models: {}, tools: {}, MCP servers: {}, data dir: {}",
+        "  models: {}, tools: {}, MCP servers: {}, skills: {} enabled of {}, data dir: {}",
         s.app.models.len(),
         s.app.tools.len(),
         s.extensions.mcp_servers.len(),
+        skills.enabled().count(),
+        skills.skills().len(),
         s.home.display()
     );
     ExitCode::SUCCESS

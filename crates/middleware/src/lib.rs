@@ -6,9 +6,42 @@
 //! Must never know about HTTP, SSE framing or storage: hooks return state updates and the
 //! agent applies, streams and checkpoints them.
 
+pub mod builders;
 pub mod chain;
+pub mod clarification;
+pub mod dangling;
+pub mod input_sanitization;
+pub mod llm_error;
+pub mod loop_detection;
+pub mod memory;
+pub mod sandbox;
+pub mod subagent_limit;
+pub mod summarization;
+pub mod thread_data;
+pub mod title;
+pub mod todo;
+pub mod tool_error;
+pub mod uploads;
+pub mod util;
+pub mod view_image;
 
+pub use builders::{ChainDeps, SharedState, build_lead_chain, build_subagent_chain};
 pub use chain::{Chain, ModelCall, ToolCallHandler};
+pub use clarification::ClarificationMiddleware;
+pub use dangling::DanglingToolCallMiddleware;
+pub use input_sanitization::InputSanitizationMiddleware;
+pub use llm_error::{ErrorFallback, LLMErrorHandlingMiddleware, error_fallback};
+pub use loop_detection::LoopDetectionMiddleware;
+pub use memory::MemoryMiddleware;
+pub use sandbox::SandboxMiddleware;
+pub use subagent_limit::SubagentLimitMiddleware;
+pub use summarization::DeerFlowSummarizationMiddleware;
+pub use thread_data::ThreadDataMiddleware;
+pub use title::TitleMiddleware;
+pub use todo::TodoMiddleware;
+pub use tool_error::ToolErrorHandlingMiddleware;
+pub use uploads::UploadsMiddleware;
+pub use view_image::ViewImageMiddleware;
 
 use async_trait::async_trait;
 use fawn_config::Settings;

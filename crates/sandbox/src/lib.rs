@@ -6,6 +6,24 @@
 //! and bash inside an OS sandbox (bubblewrap). This is the only crate that touches thread
 //! files on the host or spawns processes for the agent. Must never know about the agent loop,
 //! models or HTTP.
+//!
+//! Layout: [`vpath`] parses virtual paths and maps them onto mounts; `confined` does every
+//! file operation relative to a directory handle with `openat2(RESOLVE_BENEATH)` so that no
+//! `..`, symlink or rename race can leave the mount; `search` is glob/grep on top of it;
+//! `exec` runs bash under bubblewrap; [`mask`] turns host paths back into virtual ones;
+//! [`output`] formats and truncates tool texts the way DeerFlow does; [`local`] ties it
+//! together as [`LocalSandboxProvider`].
+
+mod confined;
+mod exec;
+pub mod local;
+pub mod mask;
+pub mod output;
+mod search;
+pub mod vpath;
+
+pub use exec::BashMode;
+pub use local::{LocalSandbox, LocalSandboxOptions, LocalSandboxProvider, SkillMount, SkillsView};
 
 use async_trait::async_trait;
 use std::path::{Path, PathBuf};
@@ -72,6 +90,20 @@ pub enum SandboxError {
     Unavailable(String),
     #[error("I/O error: {0}")]
     Io(String),
+    /// A file operation met a directory.
+    #[error("Path is a directory: {0}")]
+    IsADirectory(String),
+    /// A directory operation met something else.
+    #[error("Path is not a directory: {0}")]
+    NotADirectory(String),
+    /// The file is bigger than the caller allowed.
+    #[error("File too large: {0}")]
+    TooLarge(String),
+    /// The path belongs to a skill that is installed but disabled.
+    #[error(
+        "Skill '{0}' is disabled. Access to its files is blocked. Enable the skill in settings before using it."
+    )]
+    SkillDisabled(String),
 }
 
 /// How a command is run.
@@ -83,14 +115,24 @@ pub struct ExecOptions {
     pub timeout: Option<std::time::Duration>,
 }
 
-/// What a command produced, already masked (host paths → virtual paths) and truncated.
+/// What a command produced, already masked (host paths → virtual paths) and with secret
+/// values redacted. Capture is bounded: a stream longer than the capture window keeps its
+/// head and its tail, and `*_omitted` counts the characters dropped in between (render with
+/// [`output::render_bash_output`], which folds them into its truncation marker).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ExecOutput {
     pub stdout: String,
     pub stderr: String,
-    /// `None` when the process was killed (timeout, cancellation).
+    /// `None` when the process was killed (timeout, cancellation). A process ended by a
+    /// signal reports `-signal`, as Python's `returncode` does.
     pub exit_code: Option<i32>,
     pub timed_out: bool,
+    /// Characters dropped from the middle of stdout during capture.
+    pub stdout_omitted: usize,
+    /// Characters dropped from the middle of stderr during capture.
+    pub stderr_omitted: usize,
+    /// The timeout that applied.
+    pub timeout: std::time::Duration,
 }
 
 /// One `grep` hit. `path` is virtual.
@@ -155,6 +197,13 @@ pub trait Sandbox: Send + Sync {
 
     /// Replaces every host path of this sandbox in `text` by its virtual path.
     fn mask(&self, text: &str) -> String;
+
+    /// Serialises read-modify-write sequences on one path (`str_replace`, `write_file`).
+    /// Hold the guard for the whole sequence. The default is a lock nobody else shares.
+    async fn lock_path(&self, path: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let _ = path;
+        Arc::new(tokio::sync::Mutex::new(())).lock_owned().await
+    }
 }
 
 /// Hands out sandboxes per thread.
@@ -162,6 +211,16 @@ pub trait Sandbox: Send + Sync {
 pub trait SandboxProvider: Send + Sync {
     /// Acquires (creating if needed) the sandbox of a thread; returns its id.
     async fn acquire(&self, thread_id: &str) -> Result<String, SandboxError>;
+    /// Acquires the sandbox of a thread owned by `user_id` (DeerFlow's per-user thread
+    /// directories). The default ignores the user.
+    async fn acquire_for_user(
+        &self,
+        user_id: &str,
+        thread_id: &str,
+    ) -> Result<String, SandboxError> {
+        let _ = user_id;
+        self.acquire(thread_id).await
+    }
     /// A sandbox acquired earlier. Never blocks.
     fn get(&self, sandbox_id: &str) -> Option<Arc<dyn Sandbox>>;
     /// Returns a sandbox after a run (to a warm pool; not destroyed).

@@ -6,6 +6,10 @@
 //! about HTTP routes, storage or the middleware chain; tools see only a `ToolContext`.
 
 pub mod args;
+pub mod builtins;
+pub mod registry;
+pub mod skills;
+pub mod web;
 
 use async_trait::async_trait;
 use fawn_config::Settings;

@@ -1,0 +1,9 @@
+//! Integration tests of the tools crate (one binary, one module per area).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod builtins;
+mod registry;
+mod sandboxed;
+mod skills;
+mod support;
+mod web;
