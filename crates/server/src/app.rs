@@ -4,7 +4,7 @@
 //! tasks (dispatcher, reaper, sweeper, cron scheduler); [`Application::run_until_stopped`]
 //! serves until a signal or [`AppHandle::shutdown`].
 
-use crate::graphs::{Graphs, LEAD_AGENT, system_assistant_id};
+use crate::graphs::{Graphs, system_assistant_id};
 use crate::runs::{Queue, QueueConfig};
 use crate::sse::StreamSettings;
 use crate::stream::{Broker, BrokerConfig};
@@ -110,6 +110,8 @@ pub enum BuildError {
     Models(String),
     #[error("demo model: {0}")]
     Demo(String),
+    #[error("lead agent: {0}")]
+    Agent(String),
 }
 
 /// State shared by every handler and background task.
@@ -180,20 +182,49 @@ pub async fn bind_listener(host: &str, port: u16) -> Result<Listener, BuildError
     }
 }
 
-/// The graphs served when the caller does not provide any.
-///
-/// SEAM: the real DeerFlow lead agent (crate `fawn-agent`) is registered here under
-/// `lead_agent` once its constructor lands; until then `lead_agent` is served by the
-/// minimal chat graph of [`crate::testing`], and startup says so.
-pub fn default_graphs(_settings: &Settings, models: &ModelRegistry) -> Graphs {
-    tracing::warn!(
-        "the DeerFlow lead agent is not wired into this build yet: graph `lead_agent` is \
-         served by Fawn's minimal chat graph (model + a few test tools)"
-    );
-    Graphs::new().with(Arc::new(crate::testing::MiniAgent::new(
-        LEAD_AGENT,
+/// The graphs served when the caller does not provide any: DeerFlow's lead agent
+/// (`lead_agent`) with its middleware chains, config tools, built-ins and skills, running
+/// tools in the local sandbox provider.
+pub async fn default_graphs(
+    settings: &Settings,
+    models: &ModelRegistry,
+) -> Result<Graphs, BuildError> {
+    let s = settings.clone();
+    let provider = tokio::task::spawn_blocking(move || fawn_sandbox::LocalSandboxProvider::new(&s))
+        .await
+        .map_err(|e| BuildError::Agent(e.to_string()))?
+        .map_err(|e| BuildError::Agent(format!("sandbox: {e}")))?;
+    let catalog = fawn_tools::skills::SkillCatalog::load(settings).await;
+    if let Err(e) = provider.set_skills(catalog.sandbox_view()).await {
+        tracing::warn!(error = %e, "skills are not mounted in the sandbox");
+    }
+    let bash_available = match provider.bash_mode().await {
+        fawn_sandbox::BashMode::Sandboxed => true,
+        fawn_sandbox::BashMode::Host(why) => {
+            tracing::warn!("bash runs on the host, not sandboxed: {why}");
+            true
+        }
+        fawn_sandbox::BashMode::Unavailable(why) => {
+            tracing::warn!("bash is unavailable to the agent: {why}");
+            false
+        }
+    };
+    let deps = fawn_agent::AgentDeps::deerflow(
+        Arc::new(settings.clone()),
         models.clone(),
-    )))
+        Arc::new(provider),
+        bash_available,
+    )
+    .map_err(|issues| {
+        BuildError::Agent(
+            issues
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; "),
+        )
+    })?;
+    Ok(Graphs::new().with(Arc::new(fawn_agent::LeadAgent::new(deps))))
 }
 
 async fn start_demo_model() -> Result<(DemoModel, ModelRegistry), BuildError> {
@@ -323,7 +354,7 @@ impl Application {
         };
         let graphs = match options.graphs.clone() {
             Some(g) => g,
-            None => default_graphs(&settings, &models),
+            None => default_graphs(&settings, &models).await?,
         };
         for graph_id in graphs.ids() {
             let mut meta = Map::new();

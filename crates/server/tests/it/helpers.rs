@@ -115,11 +115,14 @@ pub struct TestApp {
     pub home: std::path::PathBuf,
 }
 
+/// Adjusts the options of a spawned app.
+pub type Tweak = Box<dyn FnOnce(&mut AppOptions) + Send>;
+
 pub struct Spawn {
     pub db: Db,
     pub mock: Option<Arc<MockLlm>>,
     pub existing_db: Option<Arc<TestDb>>,
-    pub tweak: Option<Box<dyn FnOnce(&mut AppOptions) + Send>>,
+    pub tweak: Option<Tweak>,
     pub no_models: bool,
 }
 

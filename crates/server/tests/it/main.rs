@@ -1,5 +1,6 @@
 //! Integration tests of the server over real HTTP. Persistence-dependent cases run on SQLite
 //! and on Postgres (`TEST_DATABASE_URL`, a fresh schema per test).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod helpers;
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 backends!(a_run_survives_a_crash);
 
-fn options(db: Db) -> Box<dyn FnOnce(&mut fawn_server::AppOptions) + Send> {
+fn options(db: Db) -> Tweak {
     Box::new(move |o| {
         o.queue.lease = Duration::from_millis(900);
         if db == Db::Postgres {
