@@ -167,8 +167,9 @@ fn wait_future(
     let app = app.clone();
     let run_id = run_id.to_string();
     let thread_id = thread_id.to_string();
+    // Taken now: a fast run may finish (and leave the broker) before the body is polled.
+    let log = app.broker.get(&run_id);
     async move {
-        let log = app.broker.get(&run_id);
         match log {
             Some(log) => {
                 log.wait_done().await;

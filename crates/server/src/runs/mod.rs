@@ -110,6 +110,11 @@ pub struct Queue {
     /// executing here.
     early_cancels: Mutex<HashMap<String, (CancelAction, Instant)>>,
     pub notify: Notify,
+    /// About how many runs this process saw wait in the queue (not claimable when created:
+    /// busy thread, delay, no capacity), minus those the dispatcher claimed since. The
+    /// dispatcher is woken after a run ends only when this is non-zero (an over-count only
+    /// costs a query); runs from other processes are found by polling.
+    maybe_pending: std::sync::atomic::AtomicUsize,
     permits: Arc<Semaphore>,
     pub stopping: CancellationToken,
     tasks: Mutex<JoinSet<()>>,
@@ -132,6 +137,7 @@ impl Queue {
             active: Mutex::new(HashMap::new()),
             early_cancels: Mutex::new(HashMap::new()),
             notify: Notify::new(),
+            maybe_pending: std::sync::atomic::AtomicUsize::new(0),
             stopping: CancellationToken::new(),
             tasks: Mutex::new(JoinSet::new()),
         }
@@ -162,6 +168,13 @@ impl Queue {
         lock(&self.tasks).abort_all();
     }
 
+    /// Notes that a run is waiting and wakes the dispatcher.
+    pub fn note_pending(&self) {
+        self.maybe_pending
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.notify.notify_one();
+    }
+
     fn forget_old_cancels(&self) {
         let now = Instant::now();
         lock(&self.early_cancels)
@@ -187,12 +200,12 @@ pub fn submit(app: &AppState, run: &Run, after_seconds: f64) {
         let delay = Duration::from_secs_f64(after_seconds);
         q.spawn(async move {
             tokio::time::sleep(delay).await;
-            app2.queue.notify.notify_one();
+            app2.queue.note_pending();
         });
         return;
     }
     let Ok(permit) = q.permits.clone().try_acquire_owned() else {
-        q.notify.notify_one();
+        q.note_pending();
         return;
     };
     let app2 = app.clone();
@@ -205,11 +218,14 @@ pub fn submit(app: &AppState, run: &Run, after_seconds: f64) {
             .await
         {
             Ok(Some(run)) => execute(app2, run, permit).await,
-            Ok(None) => drop(permit),
+            Ok(None) => {
+                drop(permit);
+                app2.queue.note_pending();
+            }
             Err(e) => {
                 drop(permit);
                 tracing::warn!(%run_id, error = %e, "claiming a new run failed");
-                app2.queue.notify.notify_one();
+                app2.queue.note_pending();
             }
         }
     });
@@ -234,6 +250,11 @@ pub async fn dispatcher(app: AppState) {
             };
             match app.store.claim_next_run(&q.worker_id, q.cfg.lease).await {
                 Ok(Some(run)) => {
+                    let _ = q.maybe_pending.fetch_update(
+                        std::sync::atomic::Ordering::Relaxed,
+                        std::sync::atomic::Ordering::Relaxed,
+                        |n| Some(n.saturating_sub(1)),
+                    );
                     let app2 = app.clone();
                     q.spawn(async move { execute(app2, run, permit).await });
                 }
@@ -340,7 +361,10 @@ pub async fn execute(app: AppState, run: Run, permit: OwnedSemaphorePermit) {
     }
     lock(&app.queue.active).remove(&run_id);
     drop(permit);
-    app.queue.notify.notify_one();
+    // Only look for more work when some is known to wait (polling finds the rest).
+    if app.queue.maybe_pending.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+        app.queue.notify.notify_one();
+    }
 }
 
 fn kw_str<'a>(kw: &'a JsonMap, key: &str) -> Option<&'a str> {
@@ -426,10 +450,11 @@ async fn build_spec(app: &AppState, run: &Run, graph_id: &str) -> Result<RunSpec
         .get_checkpoint(&run.thread_id, "", None)
         .await
         .map_err(|e| format!("loading the thread's state failed: {e}"))?;
-    let resumed = run.attempt > 1
-        && latest
-            .as_ref()
-            .is_some_and(|c| c.run_id.as_deref() == Some(run.run_id.as_str()));
+    // The run already wrote checkpoints (a recovered or released run): continue from the
+    // last one instead of applying its input again.
+    let resumed = latest
+        .as_ref()
+        .is_some_and(|c| c.run_id.as_deref() == Some(run.run_id.as_str()));
     let fork_id = kw
         .get("checkpoint")
         .and_then(|c| c.get("checkpoint_id"))
