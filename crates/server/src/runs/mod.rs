@@ -362,7 +362,12 @@ pub async fn execute(app: AppState, run: Run, permit: OwnedSemaphorePermit) {
     lock(&app.queue.active).remove(&run_id);
     drop(permit);
     // Only look for more work when some is known to wait (polling finds the rest).
-    if app.queue.maybe_pending.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+    if app
+        .queue
+        .maybe_pending
+        .load(std::sync::atomic::Ordering::Relaxed)
+        > 0
+    {
         app.queue.notify.notify_one();
     }
 }

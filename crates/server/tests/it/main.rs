@@ -26,6 +26,7 @@ mod assistants_store;
 mod bad_input;
 mod crons;
 mod meta;
+mod processes;
 mod recovery;
 mod runs;
 mod sse_reader;
