@@ -503,6 +503,10 @@ pub async fn prepare_run(
     configurable.extend(user_configurable.clone());
     let mut context = assistant.context.clone();
     context.extend(user_context);
+    // Graphs that read `configurable` see the context too (as the reference servers do).
+    for (k, v) in &context {
+        configurable.entry(k.clone()).or_insert_with(|| v.clone());
+    }
     header_config(headers, &mut configurable);
     configurable.insert("run_id".into(), json!(run_id));
     configurable.insert("thread_id".into(), json!(thread_id));
