@@ -5,7 +5,7 @@ use super::chain::{
     ChainRow, decode_writes_json, encode_writes, needs_snapshot, reconstruct,
     writes_need_normalizing,
 };
-use super::db::{Arg, DbErr, DbResult, Exec, Sql, Tx, retry};
+use super::db::{Arg, DbErr, DbResult, Dialect, Exec, Sql, Tx, retry};
 use super::{SqlStore, Where};
 use crate::cache::{Accounting, Cached};
 use crate::ids::{self, checkpoint_id_after};
@@ -192,9 +192,23 @@ pub(crate) async fn keep_latest_only(tx: &mut Tx, thread_id: &str) -> DbResult<(
 /// made from the run's state) first gets a snapshot, so its branch stays readable.
 pub(crate) async fn delete_run_checkpoints(
     tx: &mut Tx,
+    dialect: Dialect,
     thread_id: &str,
     run_id: &str,
 ) -> DbResult<u64> {
+    if dialect == Dialect::Postgres {
+        // Wait for inserts of children of these checkpoints (they hold key-share locks)
+        // to commit, so the orphan query below sees them; later ones will fail.
+        tx.exec(
+            Sql::new(concat!(
+                "SELECT checkpoint_id FROM checkpoints WHERE thread_id = $1 AND run_id = $2 ",
+                "FOR UPDATE"
+            ))
+            .bind(thread_id)
+            .bind(run_id),
+        )
+        .await?;
+    }
     let orphans = tx
         .all(
             Sql::new(concat!(
@@ -274,31 +288,73 @@ impl SqlStore {
     }
 
     async fn insert_checkpoint_once(&self, p: &Prepared) -> DbResult<()> {
-        // Ids are unique, so a conflict can only be this very insert, retried after a
-        // connection failure hid its commit.
-        self.db
+        // With a parent, insert only while the parent exists (Postgres: holding a key-share
+        // lock on it until commit), so a write racing a rollback of the parent's run fails
+        // instead of leaving a delta that cannot be replayed. `ON CONFLICT DO NOTHING`: ids
+        // are unique, so a conflict is this very insert retried after a lost commit.
+        let sql = match (&p.parent_id, self.dialect()) {
+            (None, _) => concat!(
+                "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, ",
+                "run_id, metadata, writes, snapshot, snap_bytes, delta_bytes, next, tasks, ",
+                "created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) ",
+                "ON CONFLICT DO NOTHING"
+            ),
+            (Some(_), Dialect::Sqlite) => concat!(
+                "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, ",
+                "run_id, metadata, writes, snapshot, snap_bytes, delta_bytes, next, tasks, ",
+                "created_at) SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 ",
+                "WHERE EXISTS (SELECT 1 FROM checkpoints WHERE thread_id = $1 ",
+                "AND checkpoint_ns = $2 AND checkpoint_id = $4) ON CONFLICT DO NOTHING"
+            ),
+            (Some(_), Dialect::Postgres) => concat!(
+                "WITH parent AS (SELECT 1 FROM checkpoints WHERE thread_id = $1 ",
+                "AND checkpoint_ns = $2 AND checkpoint_id = $4 FOR KEY SHARE) ",
+                "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, ",
+                "run_id, metadata, writes, snapshot, snap_bytes, delta_bytes, next, tasks, ",
+                "created_at) SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 ",
+                "FROM parent ON CONFLICT DO NOTHING"
+            ),
+        };
+        let inserted = self
+            .db
             .write_exec(
-                Sql::new(concat!(
-                    "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, ",
-                    "run_id, metadata, writes, snapshot, snap_bytes, delta_bytes, next, tasks, ",
-                    "created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) ",
-                    "ON CONFLICT DO NOTHING"
-                ))
-                .bind(p.thread_id.as_str())
-                .bind(p.ns.as_str())
-                .bind(p.id.as_str())
-                .bind(p.parent_id.clone())
-                .bind(p.run_id.clone())
-                .arg(p.metadata.clone())
-                .bind(p.writes.as_str())
-                .bind(p.snapshot.clone())
-                .bind(p.accounting.snap_bytes)
-                .bind(p.accounting.delta_bytes)
-                .arg(p.next.clone())
-                .arg(p.tasks.clone())
-                .arg(Arg::ts(ids::now())),
+                Sql::new(sql)
+                    .bind(p.thread_id.as_str())
+                    .bind(p.ns.as_str())
+                    .bind(p.id.as_str())
+                    .bind(p.parent_id.clone())
+                    .bind(p.run_id.clone())
+                    .arg(p.metadata.clone())
+                    .bind(p.writes.as_str())
+                    .bind(p.snapshot.clone())
+                    .bind(p.accounting.snap_bytes)
+                    .bind(p.accounting.delta_bytes)
+                    .arg(p.next.clone())
+                    .arg(p.tasks.clone())
+                    .arg(Arg::ts(ids::now())),
             )
             .await?;
+        if inserted == 0 && p.parent_id.is_some() {
+            let exists = self
+                .db
+                .read_opt(
+                    Sql::new(concat!(
+                        "SELECT checkpoint_id FROM checkpoints WHERE thread_id = $1 ",
+                        "AND checkpoint_ns = $2 AND checkpoint_id = $3"
+                    ))
+                    .bind(p.thread_id.as_str())
+                    .bind(p.ns.as_str())
+                    .bind(p.id.as_str()),
+                )
+                .await?
+                .is_some();
+            if !exists {
+                return Err(DbErr::not_found(format!(
+                    "Parent checkpoint {} not found",
+                    p.parent_id.as_deref().unwrap_or_default()
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -502,7 +558,7 @@ impl SqlStore {
         run_id: &str,
     ) -> DbResult<u64> {
         let mut tx = self.db.begin().await?;
-        let n = delete_run_checkpoints(&mut tx, thread_id, run_id).await?;
+        let n = delete_run_checkpoints(&mut tx, self.dialect(), thread_id, run_id).await?;
         tx.commit().await?;
         self.cache.invalidate_thread(thread_id);
         Ok(n)
