@@ -74,7 +74,7 @@ fn text(n: usize, seed: usize) -> String {
 
 /// One agent step's writes: an AI message with a tool call, or the tool's result.
 fn agent_step(i: usize) -> StateUpdate {
-    let msg = if i % 2 == 0 {
+    let msg = if i.is_multiple_of(2) {
         Message::ai(text(120, i))
             .with_id(format!("ai-{i}"))
             .with_tool_calls(vec![ToolCall::new(
@@ -115,16 +115,16 @@ impl Chain {
         }
     }
 
+    /// The next checkpoint. The state is updated in place (`Arc::make_mut`), as an agent
+    /// does: no copy of the message list while nothing else holds the state strongly.
     fn next(
         &mut self,
         node: &str,
         update: StateUpdate,
         run_id: Option<&str>,
     ) -> Result<NewCheckpoint> {
-        let mut state = (*self.state).clone();
         let mut writes = vec![update];
-        state.apply_writes(&mut writes)?;
-        self.state = Arc::new(state);
+        Arc::make_mut(&mut self.state).apply_writes(&mut writes)?;
         Ok(NewCheckpoint {
             thread_id: self.thread_id.clone(),
             checkpoint_ns: String::new(),
@@ -155,39 +155,110 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[idx.min(sorted.len() - 1)]
 }
 
-/// Mean and p50 (µs) of one step (put + get latest) on threads grown to `messages`.
-async fn step_cost(db: &Arc<dyn Persistence>, messages: usize) -> Result<(f64, f64)> {
-    const THREADS: usize = 12;
-    const STEPS: usize = 40;
-    let mut samples = Vec::with_capacity(THREADS * STEPS);
-    for t in 0..THREADS {
-        let thread = db.create_thread(NewThread::default()).await?.thread_id;
-        let mut chain = Chain::new(thread.clone());
-        for i in 0..messages {
-            chain.put(&**db, "agent", agent_step(i)).await?;
+#[derive(Default)]
+struct StepSamples {
+    put: Vec<f64>,
+    get: Vec<f64>,
+    total: Vec<f64>,
+}
+
+impl StepSamples {
+    fn summary(&mut self) -> String {
+        for v in [&mut self.put, &mut self.get, &mut self.total] {
+            v.sort_by(f64::total_cmp);
         }
-        for s in 0..STEPS {
-            let i = messages + s;
-            let cp = chain.next("agent", agent_step(i + t), None)?;
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+        format!(
+            "mean {:.0} µs (put {:.0} + get {:.0}), p50 {:.0} µs, p99 {:.0} µs",
+            mean(&self.total),
+            mean(&self.put),
+            mean(&self.get),
+            percentile(&self.total, 0.5),
+            percentile(&self.total, 0.99),
+        )
+    }
+
+    fn mean(&self) -> f64 {
+        self.total.iter().sum::<f64>() / self.total.len().max(1) as f64
+    }
+}
+
+/// One step (put + get latest) on threads of ~10 and ~300 messages, measured alternately
+/// in the same database so that both see the same database size and caches.
+async fn step_costs(db: &Arc<dyn Persistence>) -> Result<(StepSamples, StepSamples)> {
+    const THREADS: usize = 12;
+    const STEPS: usize = 60;
+    let mut chains = Vec::new();
+    for (size, n) in [(10usize, THREADS), (300, THREADS)] {
+        for t in 0..n {
+            let thread = db.create_thread(NewThread::default()).await?.thread_id;
+            let mut chain = Chain::new(thread);
+            for i in 0..size {
+                chain.put(&**db, "agent", agent_step(i + t)).await?;
+            }
+            chains.push((size, chain));
+        }
+    }
+    let (mut small, mut big) = (StepSamples::default(), StepSamples::default());
+    for s in 0..STEPS {
+        for (size, chain) in chains.iter_mut() {
+            let cp = chain.next("agent", agent_step(*size + s), None)?;
             let start = Instant::now();
             let id = db.put_checkpoint(cp).await?;
+            let put = start.elapsed();
             let latest = db
-                .get_checkpoint(&thread, "", None)
+                .get_checkpoint(&chain.thread_id, "", None)
                 .await?
                 .context("latest checkpoint")?;
-            samples.push(start.elapsed().as_secs_f64() * 1e6);
+            let total = start.elapsed();
             if latest.checkpoint_id != id {
                 bail!("latest checkpoint is not the one just written");
             }
+            drop(latest);
             chain.last = Some(id);
+            let samples = if *size == 10 { &mut small } else { &mut big };
+            samples.put.push(put.as_secs_f64() * 1e6);
+            samples.get.push((total - put).as_secs_f64() * 1e6);
+            samples.total.push(total.as_secs_f64() * 1e6);
         }
     }
-    let mean = samples.iter().sum::<f64>() / samples.len() as f64;
-    samples.sort_by(f64::total_cmp);
-    Ok((mean, percentile(&samples, 0.5)))
+    Ok((small, big))
 }
 
-/// Checkpoint writes/s with `writers` concurrent writers (one thread each).
+/// Reading the latest checkpoint with nothing cached (a run starting on another process or
+/// after a restart): mean µs at ~10 and ~300 messages.
+async fn cold_reads(config: &BackendConfig) -> Result<(f64, f64)> {
+    let writer = fawn_checkpoint::open(config).await?;
+    let mut threads = Vec::new();
+    for (size, t) in [(10usize, 0usize), (300, 1)] {
+        for k in 0..8 {
+            let thread = writer.create_thread(NewThread::default()).await?.thread_id;
+            let mut chain = Chain::new(thread.clone());
+            for i in 0..size {
+                chain.put(&*writer, "agent", agent_step(i + k + t)).await?;
+            }
+            threads.push((size, thread));
+        }
+    }
+    writer.close().await;
+    let mut out = [Vec::new(), Vec::new()];
+    for _ in 0..3 {
+        let reader = fawn_checkpoint::open(config).await?;
+        for (size, thread) in &threads {
+            let start = Instant::now();
+            reader
+                .get_checkpoint(thread, "", None)
+                .await?
+                .context("latest checkpoint")?;
+            out[usize::from(*size == 300)].push(start.elapsed().as_secs_f64() * 1e6);
+        }
+        reader.close().await;
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    Ok((mean(&out[0]), mean(&out[1])))
+}
+
+/// Checkpoint writes/s with `writers` concurrent writers.
 async fn write_rate(db: &Arc<dyn Persistence>, writers: usize, seconds: f64) -> Result<f64> {
     let stop = Arc::new(AtomicBool::new(false));
     let count = Arc::new(AtomicU64::new(0));
@@ -197,10 +268,14 @@ async fn write_rate(db: &Arc<dyn Persistence>, writers: usize, seconds: f64) -> 
         let stop = stop.clone();
         let count = count.clone();
         tasks.push(tokio::spawn(async move {
-            let thread = db.create_thread(NewThread::default()).await?.thread_id;
-            let mut chain = Chain::new(thread);
+            // Threads of up to 50 steps, so that what is measured is the store, not the
+            // reducers working on ever longer message lists.
+            let mut chain = Chain::new(db.create_thread(NewThread::default()).await?.thread_id);
             let mut i = 0;
             while !stop.load(Ordering::Relaxed) {
+                if i % 50 == 49 {
+                    chain = Chain::new(db.create_thread(NewThread::default()).await?.thread_id);
+                }
                 chain.put(&*db, "agent", agent_step(i)).await?;
                 count.fetch_add(1, Ordering::Relaxed);
                 i += 1;
@@ -368,23 +443,24 @@ async fn bench(name: &str, config: BackendConfig, seconds: f64) -> Result<Vec<(S
     };
     db.truncate(&wipe).await?;
     let mut rows = Vec::new();
-    let (m10, p10) = step_cost(&db, 10).await?;
-    let (m300, p300) = step_cost(&db, 300).await?;
+    let (mut small, mut big) = step_costs(&db).await?;
+    let ratio = big.mean() / small.mean();
     rows.push((
-        format!("{name}: step (put + get latest) at 10 msgs"),
-        format!("mean {m10:.0} µs, p50 {p10:.0} µs"),
+        format!("{name}: step (put + get latest), ~10 msgs"),
+        small.summary(),
     ));
     rows.push((
-        format!("{name}: step (put + get latest) at 300 msgs"),
-        format!("mean {m300:.0} µs, p50 {p300:.0} µs"),
+        format!("{name}: step (put + get latest), ~300 msgs"),
+        big.summary(),
     ));
     rows.push((
         format!("{name}: step cost ratio 300/10"),
-        format!(
-            "{:.2}× mean, {:.2}× p50 (target ≤ 1.5×)",
-            m300 / m10,
-            p300 / p10
-        ),
+        format!("{ratio:.2}× (target ≤ 1.5×)"),
+    ));
+    let (cold10, cold300) = cold_reads(&config).await?;
+    rows.push((
+        format!("{name}: cold read of the latest state (run start)"),
+        format!("{cold10:.0} µs at ~10 msgs, {cold300:.0} µs at ~300 msgs"),
     ));
     for writers in [1, 16] {
         let rate = write_rate(&db, writers, seconds).await?;

@@ -7,7 +7,7 @@ use super::chain::{
 };
 use super::db::{Arg, DbErr, DbResult, Dialect, Exec, Sql, Tx, retry};
 use super::{SqlStore, Where};
-use crate::cache::{Accounting, Cached};
+use crate::cache::{Accounting, Cached, Held};
 use crate::ids::{self, checkpoint_id_after};
 use crate::json::merge_shallow;
 use crate::types::*;
@@ -370,10 +370,10 @@ impl SqlStore {
             || writes_need_normalizing(&cp.writes);
         if cfg!(debug_assertions)
             && !snapshot
-            && let Some(parent) = parent
+            && let Some(parent_state) = parent.and_then(Cached::state)
         {
             // Debug builds check that replaying the writes reproduces the caller's state.
-            let mut replayed = (*parent.state).clone();
+            let mut replayed = (*parent_state).clone();
             let mut updates: Vec<_> = cp.writes.iter().map(|(_, w)| w.clone()).collect();
             let same = replayed.apply_writes(&mut updates).is_ok() && replayed == *cp.state;
             if !same {
@@ -455,8 +455,8 @@ impl SqlStore {
             accounting,
         } = meta_from_row(&row)?;
         let id = checkpoint.checkpoint_id.clone();
-        checkpoint.state = match self.cache.get(thread_id, ns, &id) {
-            Some(cached) => cached.state,
+        checkpoint.state = match self.cache.get(thread_id, ns, &id).and_then(|c| c.state()) {
+            Some(state) => state,
             None => {
                 let mut states = load_states(
                     &mut Exec::Read(&self.db),
@@ -475,7 +475,7 @@ impl SqlStore {
                         ns,
                         Cached {
                             checkpoint_id: id,
-                            state: state.clone(),
+                            state: Held::Strong(state.clone()),
                             accounting,
                         },
                     );
@@ -532,8 +532,8 @@ impl SqlStore {
             .collect();
         let mut known = HashMap::new();
         for id in &ids {
-            if let Some(c) = self.cache.get(thread_id, ns, id) {
-                known.insert(id.clone(), c.state);
+            if let Some(state) = self.cache.get(thread_id, ns, id).and_then(|c| c.state()) {
+                known.insert(id.clone(), state);
             }
         }
         let mut states = load_states(&mut Exec::Read(&self.db), thread_id, ns, &ids, known).await?;
@@ -708,7 +708,7 @@ impl CheckpointStore for SqlStore {
             ns,
             Cached {
                 checkpoint_id: prepared.id.clone(),
-                state: checkpoint.state.clone(),
+                state: Held::Weak(Arc::downgrade(&checkpoint.state)),
                 accounting: prepared.accounting,
             },
         );

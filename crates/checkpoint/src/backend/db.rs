@@ -562,11 +562,18 @@ fn migrator(dialect: Dialect) -> Migrator {
             "init",
             include_str!("../../../../migrations/sqlite/0001_init.sql"),
         )],
-        Dialect::Postgres => &[(
-            1,
-            "init",
-            include_str!("../../../../migrations/postgres/0001_init.sql"),
-        )],
+        Dialect::Postgres => &[
+            (
+                1,
+                "init",
+                include_str!("../../../../migrations/postgres/0001_init.sql"),
+            ),
+            (
+                2,
+                "claim function",
+                include_str!("../../../../migrations/postgres/0002_claim_function.sql"),
+            ),
+        ],
     };
     Migrator::with_migrations(
         files

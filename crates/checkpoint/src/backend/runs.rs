@@ -61,15 +61,12 @@ const CLAIM_NEXT_SQLITE: &str = concat!(
     run_cols!()
 );
 
+/// The same claim, through the function of `migrations/postgres/0002_claim_function.sql`
+/// (`FOR UPDATE SKIP LOCKED`, planned with `enable_sort = off`).
 const CLAIM_NEXT_POSTGRES: &str = concat!(
-    "WITH next AS (SELECT r.seq AS claim_seq FROM runs r WHERE r.status = 'pending' ",
-    "AND r.available_at <= $3 AND ",
-    head_of_thread!("r"),
-    " ORDER BY r.created_at, r.seq LIMIT 1 FOR UPDATE OF r SKIP LOCKED) ",
-    "UPDATE runs SET status = 'running', attempt = attempt + 1, owner = $1, ",
-    "lease_expires_at = $2, updated_at = $3 FROM next WHERE runs.seq = next.claim_seq ",
-    "RETURNING ",
-    run_cols!()
+    "SELECT ",
+    run_cols!(),
+    " FROM fawn_claim_next_run($1, $2, $3)"
 );
 
 const CLAIM_ONE: &str = concat!(
