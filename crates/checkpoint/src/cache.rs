@@ -1,14 +1,23 @@
-//! A bounded in-memory cache of the latest state of recently used threads.
+//! A bounded in-memory cache of the latest checkpoint of recently used threads.
 //!
-//! Entries are keyed by `(thread_id, checkpoint_ns)` and remember which checkpoint id the
-//! state belongs to, so a hit is only used for exactly that checkpoint: a checkpoint's
-//! state never changes once written, so the cache cannot serve stale data even when other
-//! processes write to the same database. Bounded by entry count and by the approximate
-//! serialized size of the states (least recently used first out).
+//! Entries are keyed by `(thread_id, checkpoint_ns)` and remember which checkpoint id they
+//! describe, so a hit is only used for exactly that checkpoint: a checkpoint never changes
+//! once written, so the cache cannot serve stale data even when other processes write to
+//! the same database. Each entry keeps the snapshot accounting the next write needs, and
+//! the state:
+//!
+//! * after a write, only a *weak* reference to the writer's state: the agent keeps
+//!   updating its state in place (`Arc::make_mut` does not copy while the cache holds no
+//!   strong reference), and reads while it runs are still free;
+//! * after a read that had to rebuild the state, a strong reference, so the next read of
+//!   the same checkpoint (typically the next run's start) is free.
+//!
+//! Bounded by entry count and by the approximate serialized size of the states held
+//! strongly (least recently used first out).
 
 use fawn_state::ThreadState;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 /// What a cached checkpoint knows besides its state: the snapshot accounting the next
 /// checkpoint on the branch needs.
@@ -20,11 +29,28 @@ pub(crate) struct Accounting {
     pub delta_bytes: i64,
 }
 
-#[derive(Clone)]
+/// How an entry holds its state.
+#[derive(Clone, Debug)]
+pub(crate) enum Held {
+    Strong(Arc<ThreadState>),
+    Weak(Weak<ThreadState>),
+}
+
+#[derive(Clone, Debug)]
 pub(crate) struct Cached {
     pub checkpoint_id: String,
-    pub state: Arc<ThreadState>,
+    pub state: Held,
     pub accounting: Accounting,
+}
+
+impl Cached {
+    /// The state, if it is still alive.
+    pub fn state(&self) -> Option<Arc<ThreadState>> {
+        match &self.state {
+            Held::Strong(s) => Some(s.clone()),
+            Held::Weak(w) => w.upgrade(),
+        }
+    }
 }
 
 struct Entry {
@@ -89,9 +115,14 @@ impl StateCache {
     }
 
     pub fn put(&self, thread_id: &str, ns: &str, value: Cached) {
-        let weight = usize::try_from(value.accounting.snap_bytes + value.accounting.delta_bytes)
-            .unwrap_or(0)
-            .max(64);
+        let weight = match value.state {
+            Held::Strong(_) => {
+                usize::try_from(value.accounting.snap_bytes + value.accounting.delta_bytes)
+                    .unwrap_or(0)
+                    .max(64)
+            }
+            Held::Weak(_) => 64,
+        };
         let key = (thread_id.to_string(), ns.to_string());
         let mut inner = self.lock();
         if let Some(old) = inner.map.remove(&key) {
@@ -157,7 +188,7 @@ mod tests {
     fn cached(id: &str, bytes: i64) -> Cached {
         Cached {
             checkpoint_id: id.to_string(),
-            state: Arc::new(ThreadState::default()),
+            state: Held::Strong(Arc::new(ThreadState::default())),
             accounting: Accounting {
                 snap_bytes: bytes,
                 delta_bytes: 0,
@@ -192,5 +223,35 @@ mod tests {
         cache.put("t3", "", cached("c", 5000)); // larger than the whole cache: not kept
         assert!(cache.get("t3", "", "c").is_none());
         assert!(cache.get("t2", "", "b").is_some());
+    }
+
+    #[test]
+    fn weak_entries_do_not_keep_the_state_alive() {
+        let cache = StateCache::new(10, 1000);
+        let mut state = Arc::new(ThreadState {
+            messages: vec![fawn_state::Message::human("hi").with_id("m1")],
+            ..Default::default()
+        });
+        cache.put(
+            "t",
+            "",
+            Cached {
+                checkpoint_id: "a".into(),
+                state: Held::Weak(Arc::downgrade(&state)),
+                accounting: Accounting {
+                    snap_bytes: 1_000_000,
+                    delta_bytes: 7,
+                },
+            },
+        );
+        assert!(cache.get("t", "", "a").unwrap().state().is_some());
+        // The writer mutates its state: the message list is moved, not copied, and the
+        // entry no longer has the state.
+        let before = state.messages.as_ptr();
+        Arc::make_mut(&mut state).title = Some("changed".into());
+        assert_eq!(state.messages.as_ptr(), before, "messages not cloned");
+        let entry = cache.get("t", "", "a").unwrap();
+        assert!(entry.state().is_none());
+        assert_eq!(entry.accounting.delta_bytes, 7, "accounting survives");
     }
 }

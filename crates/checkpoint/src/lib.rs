@@ -5,6 +5,15 @@
 //! written since the last snapshot outweigh it, so the cost of a step does not grow with the
 //! thread; reading replays the writes through `fawn-state`'s reducers. Everything is plain
 //! typed JSON, never code. Must never know about HTTP, SSE or the agent's internals.
+//!
+//! * SQLite (default: `{FAWN_HOME}/data/fawn.db`): WAL, `synchronous=NORMAL`, one writer
+//!   connection (write transactions are serialized in-process) and a pool of readers.
+//! * Postgres (`DATABASE_URL=postgres://…`): a pool, an optional schema; the runs table is
+//!   the queue, claimed with `FOR UPDATE SKIP LOCKED`, so several processes can share it.
+//! * Checkpoint ids are UUIDv6-shaped and sort chronologically as strings; history is
+//!   newest first by id across branches.
+//! * Thread status is derived (busy while a run is pending or running, else error /
+//!   interrupted / idle from the last run) and changes in the same transaction as the runs.
 
 mod backend;
 mod cache;
@@ -415,4 +424,144 @@ pub fn replay(
         state.apply_writes(&mut step)?;
     }
     Ok(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fawn_config::{CheckpointerConfig, DatabaseConfig, Settings};
+    use std::path::PathBuf;
+
+    fn settings(
+        database: Option<DatabaseConfig>,
+        checkpointer: Option<CheckpointerConfig>,
+    ) -> Settings {
+        let mut s = Settings::with_home("/srv/fawn");
+        s.app.database = database;
+        s.app.checkpointer = checkpointer;
+        s
+    }
+
+    fn sqlite(path: &str) -> BackendConfig {
+        BackendConfig::Sqlite {
+            path: PathBuf::from(path),
+        }
+    }
+
+    #[test]
+    fn backend_from_settings() {
+        let cases = [
+            (settings(None, None), sqlite("/srv/fawn/data/fawn.db")),
+            (
+                settings(Some(DatabaseConfig::default()), None),
+                sqlite("/srv/fawn/data/fawn.db"),
+            ),
+            (
+                settings(
+                    Some(DatabaseConfig {
+                        sqlite_path: Some("db/x.db".into()),
+                        ..Default::default()
+                    }),
+                    None,
+                ),
+                sqlite("/srv/fawn/db/x.db"),
+            ),
+            (
+                settings(
+                    Some(DatabaseConfig {
+                        sqlite_dir: Some("/var/lib/deer".into()),
+                        ..Default::default()
+                    }),
+                    None,
+                ),
+                sqlite("/var/lib/deer/fawn.db"),
+            ),
+            (
+                settings(
+                    Some(DatabaseConfig {
+                        backend: Some("sqlite".into()),
+                        url: Some("sqlite:///tmp/a.db?mode=rwc".into()),
+                        ..Default::default()
+                    }),
+                    None,
+                ),
+                sqlite("/tmp/a.db"),
+            ),
+            (
+                settings(
+                    Some(DatabaseConfig {
+                        backend: Some("postgres".into()),
+                        url: Some("postgres://u@h/db".into()),
+                        postgres_schema: Some("fawn".into()),
+                        ..Default::default()
+                    }),
+                    None,
+                ),
+                BackendConfig::Postgres {
+                    url: "postgres://u@h/db".into(),
+                    schema: Some("fawn".into()),
+                },
+            ),
+            (
+                settings(
+                    None,
+                    Some(CheckpointerConfig {
+                        kind: Some("postgres".into()),
+                        connection_string: Some("postgresql://x/y".into()),
+                    }),
+                ),
+                BackendConfig::Postgres {
+                    url: "postgresql://x/y".into(),
+                    schema: None,
+                },
+            ),
+            (
+                settings(
+                    None,
+                    Some(CheckpointerConfig {
+                        kind: Some("sqlite".into()),
+                        connection_string: Some("checkpoints.db".into()),
+                    }),
+                ),
+                sqlite("/srv/fawn/checkpoints.db"),
+            ),
+        ];
+        for (s, want) in cases {
+            assert_eq!(BackendConfig::from_settings(&s).unwrap(), want);
+        }
+        let memory = settings(
+            Some(DatabaseConfig {
+                backend: Some("memory".into()),
+                ..Default::default()
+            }),
+            None,
+        );
+        match BackendConfig::from_settings(&memory).unwrap() {
+            BackendConfig::Sqlite { path } => assert!(path.starts_with(std::env::temp_dir())),
+            other => panic!("{other:?}"),
+        }
+        let no_url = settings(
+            Some(DatabaseConfig {
+                backend: Some("postgres".into()),
+                ..Default::default()
+            }),
+            None,
+        );
+        assert!(matches!(
+            BackendConfig::from_settings(&no_url),
+            Err(StoreError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn replay_applies_steps_in_order() {
+        let mut w1 =
+            fawn_state::StateUpdate::from_value(serde_json::json!({"title": "a"})).unwrap();
+        let w2 = fawn_state::StateUpdate::from_value(serde_json::json!({"title": "b"})).unwrap();
+        let s = replay(None, vec![vec![w1.clone()], vec![w2]]).unwrap();
+        assert_eq!(s.title.as_deref(), Some("b"));
+        w1.title = Some(None);
+        let s = replay(Some(s), vec![vec![w1]]).unwrap();
+        assert_eq!(s.title, None);
+    }
 }

@@ -271,7 +271,9 @@ pub struct NewCheckpoint {
     /// `(node, write)` of this step, in order: the delta that is persisted.
     pub writes: Vec<(String, StateUpdate)>,
     /// The full state after the writes (used when the store decides to snapshot, and to
-    /// check replay in debug builds).
+    /// check replay in debug builds). The store keeps only a weak reference to it, so a
+    /// writer that holds its state in an `Arc` and updates it with `Arc::make_mut` never
+    /// pays for a copy of the message list.
     pub state: Arc<ThreadState>,
     pub next: Vec<String>,
     pub tasks: Vec<TaskRecord>,

@@ -5,9 +5,9 @@ use super::chain::{
     ChainRow, decode_writes_json, encode_writes, needs_snapshot, reconstruct,
     writes_need_normalizing,
 };
-use super::db::{Arg, DbErr, DbResult, Exec, Sql, Tx, retry};
+use super::db::{Arg, DbErr, DbResult, Dialect, Exec, Sql, Tx, retry};
 use super::{SqlStore, Where};
-use crate::cache::{Accounting, Cached};
+use crate::cache::{Accounting, Cached, Held};
 use crate::ids::{self, checkpoint_id_after};
 use crate::json::merge_shallow;
 use crate::types::*;
@@ -192,9 +192,23 @@ pub(crate) async fn keep_latest_only(tx: &mut Tx, thread_id: &str) -> DbResult<(
 /// made from the run's state) first gets a snapshot, so its branch stays readable.
 pub(crate) async fn delete_run_checkpoints(
     tx: &mut Tx,
+    dialect: Dialect,
     thread_id: &str,
     run_id: &str,
 ) -> DbResult<u64> {
+    if dialect == Dialect::Postgres {
+        // Wait for inserts of children of these checkpoints (they hold key-share locks)
+        // to commit, so the orphan query below sees them; later ones will fail.
+        tx.exec(
+            Sql::new(concat!(
+                "SELECT checkpoint_id FROM checkpoints WHERE thread_id = $1 AND run_id = $2 ",
+                "FOR UPDATE"
+            ))
+            .bind(thread_id)
+            .bind(run_id),
+        )
+        .await?;
+    }
     let orphans = tx
         .all(
             Sql::new(concat!(
@@ -274,31 +288,73 @@ impl SqlStore {
     }
 
     async fn insert_checkpoint_once(&self, p: &Prepared) -> DbResult<()> {
-        // Ids are unique, so a conflict can only be this very insert, retried after a
-        // connection failure hid its commit.
-        self.db
+        // With a parent, insert only while the parent exists (Postgres: holding a key-share
+        // lock on it until commit), so a write racing a rollback of the parent's run fails
+        // instead of leaving a delta that cannot be replayed. `ON CONFLICT DO NOTHING`: ids
+        // are unique, so a conflict is this very insert retried after a lost commit.
+        let sql = match (&p.parent_id, self.dialect()) {
+            (None, _) => concat!(
+                "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, ",
+                "run_id, metadata, writes, snapshot, snap_bytes, delta_bytes, next, tasks, ",
+                "created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) ",
+                "ON CONFLICT DO NOTHING"
+            ),
+            (Some(_), Dialect::Sqlite) => concat!(
+                "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, ",
+                "run_id, metadata, writes, snapshot, snap_bytes, delta_bytes, next, tasks, ",
+                "created_at) SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 ",
+                "WHERE EXISTS (SELECT 1 FROM checkpoints WHERE thread_id = $1 ",
+                "AND checkpoint_ns = $2 AND checkpoint_id = $4) ON CONFLICT DO NOTHING"
+            ),
+            (Some(_), Dialect::Postgres) => concat!(
+                "WITH parent AS (SELECT 1 FROM checkpoints WHERE thread_id = $1 ",
+                "AND checkpoint_ns = $2 AND checkpoint_id = $4 FOR KEY SHARE) ",
+                "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, ",
+                "run_id, metadata, writes, snapshot, snap_bytes, delta_bytes, next, tasks, ",
+                "created_at) SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 ",
+                "FROM parent ON CONFLICT DO NOTHING"
+            ),
+        };
+        let inserted = self
+            .db
             .write_exec(
-                Sql::new(concat!(
-                    "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, ",
-                    "run_id, metadata, writes, snapshot, snap_bytes, delta_bytes, next, tasks, ",
-                    "created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) ",
-                    "ON CONFLICT DO NOTHING"
-                ))
-                .bind(p.thread_id.as_str())
-                .bind(p.ns.as_str())
-                .bind(p.id.as_str())
-                .bind(p.parent_id.clone())
-                .bind(p.run_id.clone())
-                .arg(p.metadata.clone())
-                .bind(p.writes.as_str())
-                .bind(p.snapshot.clone())
-                .bind(p.accounting.snap_bytes)
-                .bind(p.accounting.delta_bytes)
-                .arg(p.next.clone())
-                .arg(p.tasks.clone())
-                .arg(Arg::ts(ids::now())),
+                Sql::new(sql)
+                    .bind(p.thread_id.as_str())
+                    .bind(p.ns.as_str())
+                    .bind(p.id.as_str())
+                    .bind(p.parent_id.clone())
+                    .bind(p.run_id.clone())
+                    .arg(p.metadata.clone())
+                    .bind(p.writes.as_str())
+                    .bind(p.snapshot.clone())
+                    .bind(p.accounting.snap_bytes)
+                    .bind(p.accounting.delta_bytes)
+                    .arg(p.next.clone())
+                    .arg(p.tasks.clone())
+                    .arg(Arg::ts(ids::now())),
             )
             .await?;
+        if inserted == 0 && p.parent_id.is_some() {
+            let exists = self
+                .db
+                .read_opt(
+                    Sql::new(concat!(
+                        "SELECT checkpoint_id FROM checkpoints WHERE thread_id = $1 ",
+                        "AND checkpoint_ns = $2 AND checkpoint_id = $3"
+                    ))
+                    .bind(p.thread_id.as_str())
+                    .bind(p.ns.as_str())
+                    .bind(p.id.as_str()),
+                )
+                .await?
+                .is_some();
+            if !exists {
+                return Err(DbErr::not_found(format!(
+                    "Parent checkpoint {} not found",
+                    p.parent_id.as_deref().unwrap_or_default()
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -314,10 +370,10 @@ impl SqlStore {
             || writes_need_normalizing(&cp.writes);
         if cfg!(debug_assertions)
             && !snapshot
-            && let Some(parent) = parent
+            && let Some(parent_state) = parent.and_then(Cached::state)
         {
             // Debug builds check that replaying the writes reproduces the caller's state.
-            let mut replayed = (*parent.state).clone();
+            let mut replayed = (*parent_state).clone();
             let mut updates: Vec<_> = cp.writes.iter().map(|(_, w)| w.clone()).collect();
             let same = replayed.apply_writes(&mut updates).is_ok() && replayed == *cp.state;
             if !same {
@@ -399,8 +455,8 @@ impl SqlStore {
             accounting,
         } = meta_from_row(&row)?;
         let id = checkpoint.checkpoint_id.clone();
-        checkpoint.state = match self.cache.get(thread_id, ns, &id) {
-            Some(cached) => cached.state,
+        checkpoint.state = match self.cache.get(thread_id, ns, &id).and_then(|c| c.state()) {
+            Some(state) => state,
             None => {
                 let mut states = load_states(
                     &mut Exec::Read(&self.db),
@@ -419,7 +475,7 @@ impl SqlStore {
                         ns,
                         Cached {
                             checkpoint_id: id,
-                            state: state.clone(),
+                            state: Held::Strong(state.clone()),
                             accounting,
                         },
                     );
@@ -476,8 +532,8 @@ impl SqlStore {
             .collect();
         let mut known = HashMap::new();
         for id in &ids {
-            if let Some(c) = self.cache.get(thread_id, ns, id) {
-                known.insert(id.clone(), c.state);
+            if let Some(state) = self.cache.get(thread_id, ns, id).and_then(|c| c.state()) {
+                known.insert(id.clone(), state);
             }
         }
         let mut states = load_states(&mut Exec::Read(&self.db), thread_id, ns, &ids, known).await?;
@@ -502,7 +558,7 @@ impl SqlStore {
         run_id: &str,
     ) -> DbResult<u64> {
         let mut tx = self.db.begin().await?;
-        let n = delete_run_checkpoints(&mut tx, thread_id, run_id).await?;
+        let n = delete_run_checkpoints(&mut tx, self.dialect(), thread_id, run_id).await?;
         tx.commit().await?;
         self.cache.invalidate_thread(thread_id);
         Ok(n)
@@ -652,7 +708,7 @@ impl CheckpointStore for SqlStore {
             ns,
             Cached {
                 checkpoint_id: prepared.id.clone(),
-                state: checkpoint.state.clone(),
+                state: Held::Weak(Arc::downgrade(&checkpoint.state)),
                 accounting: prepared.accounting,
             },
         );

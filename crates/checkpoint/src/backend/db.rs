@@ -125,9 +125,21 @@ impl DbErr {
             DbErr::Sql(sqlx::Error::RowNotFound) => {
                 StoreError::Database("a row the operation needed disappeared".to_string())
             }
+            DbErr::Sql(sqlx::Error::Database(db)) if is_bad_data(db.code().as_deref()) => {
+                StoreError::Invalid(format!(
+                    "the database cannot store this value: {}",
+                    db.message()
+                ))
+            }
             DbErr::Sql(e) => StoreError::Database(e.to_string()),
         }
     }
+}
+
+/// Deterministic refusals of a value: Postgres data exceptions (class 22) and limits
+/// (54000), SQLite `TOOBIG`.
+fn is_bad_data(code: Option<&str>) -> bool {
+    code.is_some_and(|c| c.starts_with("22") || c == "54000" || c == "18")
 }
 
 /// Runs `$op` (an expression producing a fresh future each time it is evaluated) and
@@ -305,7 +317,7 @@ impl Sql {
                 Arg::Json(v) => {
                     let raw = match v {
                         Some(text) => Some(sqlx::types::Json(
-                            RawValue::from_string(text)
+                            RawValue::from_string(jsonb_safe(text))
                                 .map_err(|e| DbErr::invalid(format!("invalid JSON: {e}")))?,
                         )),
                         None => None,
@@ -315,6 +327,38 @@ impl Sql {
             };
         }
         Ok(q)
+    }
+}
+
+/// Postgres `jsonb` cannot hold U+0000 in strings; such characters (which an LLM can
+/// produce) are stored as U+FFFD instead of failing the write. Checkpoint payloads are
+/// TEXT and keep them exactly.
+fn jsonb_safe(text: String) -> String {
+    if !text.contains("\\u0000") {
+        return text;
+    }
+    fn scrub(v: &mut Value) {
+        match v {
+            Value::String(s) if s.contains('\0') => *s = s.replace('\0', "\u{FFFD}"),
+            Value::Array(items) => items.iter_mut().for_each(scrub),
+            Value::Object(map) => {
+                let keys: Vec<String> = map.keys().filter(|k| k.contains('\0')).cloned().collect();
+                for k in keys {
+                    if let Some(val) = map.remove(&k) {
+                        map.insert(k.replace('\0', "\u{FFFD}"), val);
+                    }
+                }
+                map.values_mut().for_each(scrub);
+            }
+            _ => {}
+        }
+    }
+    match serde_json::from_str::<Value>(&text) {
+        Ok(mut v) => {
+            scrub(&mut v);
+            v.to_string()
+        }
+        Err(_) => text,
     }
 }
 
@@ -518,11 +562,18 @@ fn migrator(dialect: Dialect) -> Migrator {
             "init",
             include_str!("../../../../migrations/sqlite/0001_init.sql"),
         )],
-        Dialect::Postgres => &[(
-            1,
-            "init",
-            include_str!("../../../../migrations/postgres/0001_init.sql"),
-        )],
+        Dialect::Postgres => &[
+            (
+                1,
+                "init",
+                include_str!("../../../../migrations/postgres/0001_init.sql"),
+            ),
+            (
+                2,
+                "claim function",
+                include_str!("../../../../migrations/postgres/0002_claim_function.sql"),
+            ),
+        ],
     };
     Migrator::with_migrations(
         files
@@ -570,7 +621,10 @@ impl Db {
             .foreign_keys(false)
             .pragma("temp_store", "memory")
             .statement_cache_capacity(256);
+        // No ping before each use: a broken connection surfaces as an error that the
+        // caller retries (see `retry!`), instead of one extra round trip per operation.
         let writer = SqlitePoolOptions::new()
+            .test_before_acquire(false)
             .max_connections(1)
             .min_connections(1)
             .acquire_timeout(settings.acquire_timeout)
@@ -584,6 +638,7 @@ impl Db {
             .await
             .map_err(|e| db_error("migrating the SQLite database failed", e))?;
         let readers = SqlitePoolOptions::new()
+            .test_before_acquire(false)
             .max_connections(settings.sqlite_readers.max(1))
             .acquire_timeout(settings.acquire_timeout)
             .idle_timeout(None)
@@ -635,6 +690,7 @@ impl Db {
             options = options.options([("search_path", schema)]);
         }
         let pool = PgPoolOptions::new()
+            .test_before_acquire(false)
             .max_connections(settings.pg_max_connections.max(1))
             .acquire_timeout(settings.acquire_timeout)
             .connect_with(options)
@@ -731,6 +787,18 @@ mod tests {
         assert!(!valid_schema_name("a-b"));
         assert!(!valid_schema_name("a\"; drop"));
         assert!(!valid_schema_name(""));
+    }
+
+    #[test]
+    fn nul_characters_are_replaced_only_for_jsonb() {
+        let v = serde_json::json!({"a\u{0}": ["x\u{0}y", {"k": "\\u0000 literal"}]});
+        let out: Value = serde_json::from_str(&jsonb_safe(v.to_string())).unwrap();
+        assert_eq!(
+            out,
+            serde_json::json!({"a\u{FFFD}": ["x\u{FFFD}y", {"k": "\\u0000 literal"}]})
+        );
+        let plain = serde_json::json!({"k": "\\u0000 literal"}).to_string();
+        assert_eq!(jsonb_safe(plain.clone()), plain);
     }
 
     #[test]

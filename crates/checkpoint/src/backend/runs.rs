@@ -40,13 +40,14 @@ macro_rules! head_of_thread {
             $r,
             ".thread_id AND o.seq <> ",
             $r,
-            ".seq AND (o.status = 'running' OR (o.status = 'pending' AND (o.created_at < ",
+            ".seq AND o.status IN ('pending', 'running') ",
+            "AND (o.status = 'running' OR (o.created_at < ",
             $r,
             ".created_at OR (o.created_at = ",
             $r,
             ".created_at AND o.seq < ",
             $r,
-            ".seq)))))"
+            ".seq))))"
         )
     };
 }
@@ -60,15 +61,12 @@ const CLAIM_NEXT_SQLITE: &str = concat!(
     run_cols!()
 );
 
+/// The same claim, through the function of `migrations/postgres/0002_claim_function.sql`
+/// (`FOR UPDATE SKIP LOCKED`, planned with `enable_sort = off`).
 const CLAIM_NEXT_POSTGRES: &str = concat!(
-    "WITH next AS (SELECT r.seq AS claim_seq FROM runs r WHERE r.status = 'pending' ",
-    "AND r.available_at <= $3 AND ",
-    head_of_thread!("r"),
-    " ORDER BY r.created_at, r.seq LIMIT 1 FOR UPDATE OF r SKIP LOCKED) ",
-    "UPDATE runs SET status = 'running', attempt = attempt + 1, owner = $1, ",
-    "lease_expires_at = $2, updated_at = $3 FROM next WHERE runs.seq = next.claim_seq ",
-    "RETURNING ",
-    run_cols!()
+    "SELECT ",
+    run_cols!(),
+    " FROM fawn_claim_next_run($1, $2, $3)"
 );
 
 const CLAIM_ONE: &str = concat!(
@@ -99,7 +97,12 @@ async fn refresh_threads(tx: &mut Tx, dialect: Dialect, threads: BTreeSet<String
 }
 
 /// Ends a run that was asked to stop: `interrupted`, or deleted with its checkpoints.
-async fn end_cancelled(tx: &mut Tx, run: &Run, action: CancelAction) -> DbResult<Option<Run>> {
+async fn end_cancelled(
+    tx: &mut Tx,
+    dialect: Dialect,
+    run: &Run,
+    action: CancelAction,
+) -> DbResult<Option<Run>> {
     match action {
         CancelAction::Interrupt => {
             let row = tx
@@ -116,7 +119,7 @@ async fn end_cancelled(tx: &mut Tx, run: &Run, action: CancelAction) -> DbResult
             row.as_ref().map(run_from_row).transpose()
         }
         CancelAction::Rollback => {
-            delete_run_checkpoints(tx, &run.thread_id, &run.run_id).await?;
+            delete_run_checkpoints(tx, dialect, &run.thread_id, &run.run_id).await?;
             tx.exec(Sql::new("DELETE FROM runs WHERE run_id = $1").bind(run.run_id.as_str()))
                 .await?;
             Ok(None)
@@ -134,22 +137,41 @@ impl SqlStore {
         }
         let now = ids::now();
         let mut tx = self.db.begin().await?;
-        if let Some(metadata) = &run.create_thread_if_missing {
-            tx.exec(
-                Sql::new(concat!(
-                    "INSERT INTO threads (thread_id, created_at, updated_at, state_updated_at, ",
-                    "metadata, status, config, state_values, interrupts, error, has_next) ",
-                    "VALUES ($1, $2, $2, $2, $3, 'idle', $4, NULL, $4, NULL, FALSE) ",
-                    "ON CONFLICT (thread_id) DO NOTHING"
-                ))
-                .bind(run.thread_id.as_str())
-                .arg(Arg::ts(now))
-                .arg(Arg::json_map(metadata))
-                .arg(Arg::Json(Some("{}".to_string()))),
-            )
-            .await?;
-        }
-        if !lock_thread(&mut tx, self.dialect(), &run.thread_id).await? {
+        // Mark the thread busy (creating it if asked): this also takes its row lock, so
+        // the in-flight runs read next are the committed ones.
+        let thread = match &run.create_thread_if_missing {
+            Some(metadata) => {
+                tx.opt(
+                    Sql::new(concat!(
+                        "INSERT INTO threads (thread_id, created_at, updated_at, state_updated_at, ",
+                        "metadata, status, config, state_values, interrupts, error, has_next) ",
+                        "VALUES ($1, $2, $2, $2, $3, 'busy', $4, NULL, $4, NULL, FALSE) ",
+                        "ON CONFLICT (thread_id) DO UPDATE SET status = 'busy', updated_at = $2, ",
+                        "expires_at = CASE WHEN threads.ttl_minutes IS NULL THEN threads.expires_at ",
+                        "ELSE $2 + CAST(threads.ttl_minutes * 60000000 AS BIGINT) END ",
+                        "RETURNING thread_id"
+                    ))
+                    .bind(run.thread_id.as_str())
+                    .arg(Arg::ts(now))
+                    .arg(Arg::json_map(metadata))
+                    .arg(Arg::Json(Some("{}".to_string()))),
+                )
+                .await?
+            }
+            None => {
+                tx.opt(
+                    Sql::new(concat!(
+                        "UPDATE threads SET status = 'busy', updated_at = $2, ",
+                        refresh_expiry!("$2"),
+                        " WHERE thread_id = $1 RETURNING thread_id"
+                    ))
+                    .bind(run.thread_id.as_str())
+                    .arg(Arg::ts(now)),
+                )
+                .await?
+            }
+        };
+        if thread.is_none() {
             return Err(thread_not_found(&run.thread_id));
         }
         let inflight = tx
@@ -198,16 +220,6 @@ impl SqlStore {
             Err(e) => return Err(e),
         };
         let created = run_from_row(&row)?;
-        tx.exec(
-            Sql::new(concat!(
-                "UPDATE threads SET status = 'busy', updated_at = $2, ",
-                refresh_expiry!("$2"),
-                " WHERE thread_id = $1"
-            ))
-            .bind(run.thread_id.as_str())
-            .arg(Arg::ts(now)),
-        )
-        .await?;
         tx.commit().await?;
         Ok(CreatedRun {
             run: created,
@@ -407,7 +419,7 @@ impl SqlStore {
         let rolled_back = match run.cancel_requested {
             // Cancelled while it ran: end it as the cancel asked instead of requeueing it.
             Some(action) => {
-                end_cancelled(&mut tx, &run, action).await?;
+                end_cancelled(&mut tx, self.dialect(), &run, action).await?;
                 refresh_threads(
                     &mut tx,
                     self.dialect(),
@@ -494,7 +506,7 @@ impl SqlStore {
             threads.insert(run.thread_id.clone());
             match run.status {
                 RunStatus::Pending => {
-                    end_cancelled(&mut tx, run, action).await?;
+                    end_cancelled(&mut tx, self.dialect(), run, action).await?;
                 }
                 _ => {
                     tx.exec(
@@ -555,7 +567,7 @@ impl SqlStore {
                 if action == CancelAction::Rollback {
                     rolled_back.insert(run.thread_id.clone());
                 }
-                let after = end_cancelled(&mut tx, &run, action).await?;
+                let after = end_cancelled(&mut tx, self.dialect(), &run, action).await?;
                 touched.push(after.unwrap_or(run));
             } else if run.attempt < max_attempts {
                 let row = tx

@@ -2,8 +2,8 @@
 
 use super::db::{Arg, DbErr, DbResult, Sql, Tx, retry};
 use super::{
-    Select, SqlStore, Where, checkpoints, dir, lock_thread, prune_strategy_str,
-    refresh_thread_status, thread_cols, thread_from_row, thread_not_found,
+    Select, SqlStore, Where, checkpoints, dir, lock_thread, prune_strategy_str, thread_cols,
+    thread_from_row, thread_not_found,
 };
 use crate::ids::{self, new_uuid7, plus_minutes};
 use crate::json::merge_shallow;
@@ -71,8 +71,9 @@ pub(crate) async fn delete_thread_rows(tx: &mut Tx, thread_id: &str) -> DbResult
     Ok(n > 0)
 }
 
-/// Records a run's (or a state update's) outcome on its thread and recomputes its status.
-/// The caller holds no lock on the thread yet; this takes it.
+/// Records a run's (or a state update's) outcome on its thread and recomputes its status,
+/// in two statements: lock and read the metadata, then one UPDATE whose status CASE sees
+/// the new values (and, taken after the lock, every committed run of the thread).
 pub(crate) async fn apply_summary(
     tx: &mut Tx,
     dialect: super::db::Dialect,
@@ -80,41 +81,48 @@ pub(crate) async fn apply_summary(
     summary: &ThreadSummary,
     now: DateTime<Utc>,
 ) -> DbResult<Thread> {
-    if !lock_thread(tx, dialect, thread_id).await? {
-        return Err(thread_not_found(thread_id));
-    }
+    let select = dialect.pick(
+        "SELECT metadata FROM threads WHERE thread_id = $1",
+        "SELECT metadata FROM threads WHERE thread_id = $1 FOR UPDATE",
+    );
     let row = tx
-        .opt(Sql::new("SELECT metadata FROM threads WHERE thread_id = $1").bind(thread_id))
+        .opt(Sql::new(select).bind(thread_id))
         .await?
         .ok_or_else(|| thread_not_found(thread_id))?;
     let mut metadata = row.map("metadata")?;
     merge_shallow(&mut metadata, &summary.metadata);
     let has_next = summary.has_next || !summary.interrupts.is_empty();
-    tx.exec(
-        Sql::new(concat!(
-            "UPDATE threads SET state_values = COALESCE($2, state_values), ",
-            "state_updated_at = CASE WHEN $2 IS NULL THEN state_updated_at ELSE $3 END, ",
-            "interrupts = $4, has_next = $5, error = $6, metadata = $7, ",
-            "config = COALESCE($8, config), updated_at = $3, ",
-            refresh_expiry!("$3"),
-            " WHERE thread_id = $1"
-        ))
-        .bind(thread_id)
-        .arg(Arg::opt_json(summary.values.as_ref()))
-        .arg(Arg::ts(now))
-        .arg(Arg::json_map(&summary.interrupts))
-        .bind(has_next)
-        .arg(Arg::opt_json(summary.error.as_ref()))
-        .arg(Arg::json_map(&metadata))
-        .arg(Arg::Json(summary.config.as_ref().map(|c| {
-            serde_json::to_string(c).unwrap_or_else(|_| "{}".to_string())
-        }))),
-    )
-    .await?;
-    refresh_thread_status(tx, thread_id).await?;
-    get_thread_in(tx, thread_id)
+    let row = tx
+        .opt(
+            Sql::new(concat!(
+                "UPDATE threads SET state_values = COALESCE($2, state_values), ",
+                "state_updated_at = CASE WHEN $2 IS NULL THEN state_updated_at ELSE $3 END, ",
+                "interrupts = $4, has_next = $5, error = $6, metadata = $7, ",
+                "config = COALESCE($8, config), updated_at = $3, ",
+                refresh_expiry!("$3"),
+                ", status = CASE WHEN EXISTS (SELECT 1 FROM runs WHERE runs.thread_id = $1 ",
+                "AND runs.status IN ('pending', 'running')) THEN 'busy' ",
+                "WHEN $6 IS NOT NULL THEN 'error' WHEN $5 THEN 'interrupted' ELSE 'idle' END ",
+                "WHERE thread_id = $1 RETURNING ",
+                thread_cols!()
+            ))
+            .bind(thread_id)
+            .arg(Arg::opt_json(summary.values.as_ref()))
+            .arg(Arg::ts(now))
+            .arg(Arg::json_map(&summary.interrupts))
+            .bind(has_next)
+            .arg(Arg::opt_json(summary.error.as_ref()))
+            .arg(Arg::json_map(&metadata))
+            .arg(Arg::Json(
+                summary
+                    .config
+                    .as_ref()
+                    .map(|c| serde_json::to_string(c).unwrap_or_else(|_| "{}".to_string())),
+            )),
+        )
         .await?
-        .ok_or_else(|| thread_not_found(thread_id))
+        .ok_or_else(|| thread_not_found(thread_id))?;
+    thread_from_row(&row)
 }
 
 fn thread_filter(store: &SqlStore, filter: &ThreadFilter) -> Where {

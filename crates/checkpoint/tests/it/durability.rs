@@ -4,7 +4,7 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 
-conformance!(store: truncate_and_ping; config: everything_survives_a_restart);
+conformance!(store: truncate_and_ping; config: everything_survives_a_restart, late_writes_after_a_rollback_are_refused);
 
 /// Everything acknowledged is there after the process closes its connections and a new one
 /// opens the same database; a run whose server died mid-run is reaped and resumes from its
@@ -227,4 +227,70 @@ async fn truncate_and_ping(db: Arc<dyn Persistence>) {
     .await
     .unwrap();
     assert!(db.get_thread(&tid).await.unwrap().is_none());
+}
+
+/// A worker on another node that has not noticed its run was rolled back must not append
+/// to the deleted checkpoints: its write fails and the thread stays readable.
+async fn late_writes_after_a_rollback_are_refused(config: BackendConfig) {
+    let node_a = open(&config).await.unwrap();
+    let node_b = open(&config).await.unwrap();
+    let tid = node_a
+        .create_thread(NewThread::default())
+        .await
+        .unwrap()
+        .thread_id;
+    let (c0, s0) = put_step(
+        &*node_a,
+        &tid,
+        None,
+        None,
+        json!({}),
+        vec![("n", say("m0", "kept"))],
+    )
+    .await;
+    let (c1, s1) = put_step(
+        &*node_a,
+        &tid,
+        Some((&c0, &s0)),
+        Some("run-x"),
+        json!({}),
+        vec![("n", say("m1", "x"))],
+    )
+    .await;
+    assert_eq!(
+        node_b
+            .delete_checkpoints_for_run(&tid, "run-x")
+            .await
+            .unwrap(),
+        1
+    );
+    // node_a still has c1 as the thread's latest state in its cache.
+    let mut next = (*Arc::new(s1.clone())).clone();
+    let mut w = vec![say("m2", "late")];
+    next.apply_writes(&mut w).unwrap();
+    let err = node_a
+        .put_checkpoint(NewCheckpoint {
+            thread_id: tid.clone(),
+            checkpoint_ns: String::new(),
+            parent_id: Some(c1.clone()),
+            run_id: Some("run-x".into()),
+            metadata: Default::default(),
+            writes: vec![("n".into(), w.remove(0))],
+            state: Arc::new(next),
+            next: vec![],
+            tasks: vec![],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        StoreError::NotFound(format!("Parent checkpoint {c1} not found"))
+    );
+    for node in [&node_a, &node_b] {
+        let latest = node.get_checkpoint(&tid, "", None).await.unwrap().unwrap();
+        assert_eq!(latest.checkpoint_id, c0);
+        assert_eq!(*latest.state, s0);
+    }
+    node_a.close().await;
+    node_b.close().await;
 }

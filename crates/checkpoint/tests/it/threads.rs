@@ -11,6 +11,7 @@ conformance!(store:
     thread_copy,
     thread_prune,
     thread_ttl_and_expiry,
+    nul_characters_do_not_break_writes,
 );
 
 async fn thread_create_get_update_delete(db: Arc<dyn Persistence>) {
@@ -724,4 +725,55 @@ async fn thread_ttl_and_expiry(db: Arc<dyn Persistence>) {
             .unwrap_err();
         assert!(matches!(err, StoreError::Invalid(_)), "{bad}: {err}");
     }
+}
+
+/// An LLM can emit U+0000. Checkpoints keep it exactly; the thread's copy of the values
+/// and metadata (JSONB on Postgres, which cannot hold it) get U+FFFD there.
+async fn nul_characters_do_not_break_writes(db: Arc<dyn Persistence>) {
+    let id = db
+        .create_thread(NewThread {
+            metadata: obj(json!({"k": "a\u{0}b"})),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .thread_id;
+    let (cp, state) = put_step(
+        &*db,
+        &id,
+        None,
+        None,
+        json!({"note": "x\u{0}"}),
+        vec![("agent", say("m1", "before\u{0}after"))],
+    )
+    .await;
+    let t = db
+        .set_thread_summary(
+            &id,
+            ThreadSummary {
+                values: Some(state.to_value()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let stored = t.values.unwrap()["messages"][0]["content"].clone();
+    assert!(
+        stored == json!("before\u{0}after") || stored == json!("before\u{FFFD}after"),
+        "{stored}"
+    );
+    put_step(
+        &*db,
+        &id,
+        Some((&cp, &state)),
+        None,
+        json!({}),
+        vec![("agent", say("m2", "next"))],
+    )
+    .await;
+    let history = db
+        .list_checkpoints(&id, &HistoryQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(*history[1].state, state, "checkpoint state is exact");
 }
