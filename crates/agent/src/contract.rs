@@ -3,6 +3,53 @@
 //! The server turns an HTTP `RunCreate` into a [`RunSpec`], hands it to a [`GraphRunner`]
 //! with a [`RunObserver`], and gets a [`RunOutcome`] back. The observer persists checkpoints
 //! and forwards stream events; the agent never sees HTTP, SSE or SQL.
+//!
+//! # What a run emits, in order
+//!
+//! One LangGraph superstep per graph node (`__start__`, each middleware hook
+//! `<Middleware>.<hook>`, `model`, `tools`). Per superstep:
+//!
+//! 1. `NodeStart` (model and tools always; a hook only if it returned something);
+//! 2. while it runs: `MessageChunk`s (model tokens; every chunk of one message shares its
+//!    `lc_run--…` id, the last has `chunk_position: "last"`), whole `Message`s (each tool
+//!    result as its call finishes), `Custom` payloads from middlewares and tools;
+//! 3. `NodeEnd` with the node's update (`updates` mode: `{"<node>": update}`);
+//! 4. when the node changed the state: a [`StepCheckpoint`] (`values` / `checkpoints`).
+//!
+//! Hooks that return nothing are still supersteps (they count towards `recursion_limit` and
+//! advance `step`, as in LangGraph) but are not reported and write no checkpoint.
+//!
+//! # Checkpoints of a typical tool-calling turn
+//!
+//! On a thread whose latest checkpoint is step `s` (a new thread counts as `s = −2`), with
+//! input and no middlewares:
+//!
+//! | step  | source  | writes                    | next          |
+//! |-------|---------|---------------------------|---------------|
+//! | s+1   | `input` | —                         | `__start__`   |
+//! | s+2   | `loop`  | `__start__`: the input    | `model`       |
+//! | s+3   | `loop`  | `model`: AI with calls    | `tools`       |
+//! | s+4   | `loop`  | `tools`: tool messages    | `model`       |
+//! | s+5   | `loop`  | `model`: final answer     | —             |
+//!
+//! With middlewares, each hook that changes the state adds its own `loop` checkpoint (its
+//! writes under `<Middleware>.<hook>`), and the step numbers count the silent hooks too.
+//! When the run stops and the last checkpoint's `next` is no longer true (the final hooks
+//! were silent, or a breakpoint fired after a silent hook), one more `loop` checkpoint with
+//! **no writes** records the right `next` (`[]` when finished). A run from an older
+//! checkpoint (`StartPoint::is_fork`) first writes a `fork` copy of it. Nothing else is
+//! written: a run that cannot start (bad options, unknown agent) writes no checkpoint.
+//!
+//! LangGraph emits `values` only for supersteps that changed the state: a checkpoint with
+//! empty `writes` (input, fork, or a `next`-only checkpoint) needs no `values` event. A run
+//! without input (resume, `command` without `update`) starts with the current state as its
+//! first `values` in LangGraph; that one is the server's to send.
+//!
+//! # Cost per step
+//!
+//! The agent mutates its state in place when it is the only owner of the `Arc` it handed to
+//! [`RunObserver::checkpoint`]. An observer that keeps `StepCheckpoint::state` beyond the
+//! call (a latest-state cache) makes the next step copy the whole state (O(messages)).
 
 use async_trait::async_trait;
 use fawn_state::{Command, EventSink, Interrupt, StateUpdate, ThreadState};
@@ -40,7 +87,8 @@ pub struct PendingTask {
 /// Where a run starts: the state of the checkpoint it continues from.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct StartPoint {
-    /// Id of the checkpoint the run continues from (`None` for a thread with no checkpoint).
+    /// Id of the checkpoint the run continues from (`None` for a thread with no checkpoint;
+    /// `step` is then ignored and taken as LangGraph's −2, so the input checkpoint is −1).
     pub checkpoint_id: Option<String>,
     pub state: ThreadState,
     /// Nodes that were scheduled next in that checkpoint (`[]` = finished).
@@ -128,6 +176,15 @@ pub trait RunObserver: EventSink {
 #[derive(Clone, Debug, PartialEq)]
 pub enum RunOutcome {
     /// The graph finished, or paused on an interrupt/breakpoint (still `success` in LangGraph).
+    ///
+    /// * Finished: the last checkpoint has `next: []`.
+    /// * Static breakpoint: `interrupts` is empty and the last checkpoint's `next`/`tasks`
+    ///   name the pending node (LangGraph streams `updates {"__interrupt__": []}`).
+    /// * Pending clarification (DeerFlow's `ask_clarification`): the run ended normally with
+    ///   the question's ToolMessage, and `interrupts` holds the question (`value` = the
+    ///   structured `human_input` request, `id` stable); the last checkpoint's first task
+    ///   carries the same interrupts, so the thread is `interrupted` until a new input or a
+    ///   `command.resume` answers it (see `crate::interrupts`).
     Success {
         interrupts: Vec<Interrupt>,
         /// DeerFlow `stop_reason` (`loop_capped`, `subagent_limit_capped`, …), if any.

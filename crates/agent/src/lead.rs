@@ -375,6 +375,12 @@ impl LeadAgent {
             .run(begin, fork)
             .await;
         let stop_reason = ctx.stop_reason();
+        if !matches!(output.end, LoopEnd::Done { .. })
+            && let Some(id) = ctx.sandbox.acquired_id()
+        {
+            // The after_agent hooks (which release it) did not run.
+            self.deps.sandbox_provider.release(&id).await;
+        }
         match output.end {
             LoopEnd::Done { interrupts } => {
                 if let Some(e) = error_fallback(&output.state) {
@@ -560,7 +566,12 @@ fn plan_start(
             },
         });
     }
-    // `resume` with nothing pending: continue like a null input.
+    // `resume` that answers nothing: like a null input — a pending question stays pending.
+    if !pending.is_empty() && input.is_none() {
+        return Ok(Plan::Nothing {
+            interrupts: pending,
+        });
+    }
     if let Some(update) = input {
         return Ok(Plan::Run {
             begin: Begin::Input {

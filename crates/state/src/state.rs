@@ -354,11 +354,23 @@ pub fn add_messages(left: &mut Vec<Message>, right: &[Message]) -> Result<(), Re
     if left.iter().any(needs_fixing) {
         normalize_messages(left);
     }
-    let mut ids: std::collections::HashSet<&str> = left.iter().map(id_of).collect();
-    check_removals(&mut ids, right)?;
-    drop(ids);
+    if has_removals(right) {
+        let mut ids: std::collections::HashSet<&str> = left.iter().map(id_of).collect();
+        check_removals(&mut ids, right)?;
+    }
     apply_add_messages(left, right);
     Ok(())
+}
+
+/// Writes of at most this many messages, none of them a removal, are applied by searching
+/// `left` from its end for each id: appends and replacements of recent messages then cost a
+/// few string comparisons per written message instead of hashing every id of the thread on
+/// every step.
+const LINEAR_APPLY_MAX: usize = 16;
+
+/// True when a write holds a `RemoveMessage` (including remove-all).
+fn has_removals(right: &[Message]) -> bool {
+    right.iter().any(|m| m.kind == MessageKind::Remove)
 }
 
 /// `add_messages` on input already checked by [`check_removals`] and normalised.
@@ -370,6 +382,16 @@ fn apply_add_messages(left: &mut Vec<Message>, right: &[Message]) {
         }
         None => right,
     };
+    if right.len() <= LINEAR_APPLY_MAX && !has_removals(right) {
+        for m in right {
+            let id = id_of(m);
+            match left.iter().rposition(|x| id_of(x) == id) {
+                Some(i) => left[i] = m.clone(),
+                None => left.push(m.clone()),
+            }
+        }
+        return;
+    }
     let mut index: HashMap<String, usize> = left
         .iter()
         .enumerate()
@@ -467,13 +489,19 @@ impl ThreadState {
         {
             normalize_messages(&mut self.messages);
         }
-        let mut ids: std::collections::HashSet<&str> = self.messages.iter().map(id_of).collect();
-        for w in writes.iter() {
-            if let Some(msgs) = &w.messages {
-                check_removals(&mut ids, msgs)?;
+        // Only removals can fail; a step without any skips the id set (O(thread length)).
+        if writes
+            .iter()
+            .any(|w| w.messages.as_deref().is_some_and(has_removals))
+        {
+            let mut ids: std::collections::HashSet<&str> =
+                self.messages.iter().map(id_of).collect();
+            for w in writes.iter() {
+                if let Some(msgs) = &w.messages {
+                    check_removals(&mut ids, msgs)?;
+                }
             }
         }
-        drop(ids);
         for w in writes.iter() {
             if let Some(msgs) = &w.messages {
                 apply_add_messages(&mut self.messages, msgs);
@@ -625,6 +653,46 @@ mod tests {
         assert!(s.viewed_images.as_ref().unwrap().is_empty());
         assert_eq!(s.title, None);
         assert_eq!(s.extra["artifacts2"], 1);
+    }
+
+    #[test]
+    fn small_writes_take_the_linear_path_with_the_same_result() {
+        let mut a = ThreadState::default();
+        let mut base: Vec<Value> = (0..40)
+            .map(|i| json!({"type": "human", "content": format!("m{i}"), "id": format!("id{i}")}))
+            .collect();
+        a.apply(&mut upd(json!({"messages": base.clone()})))
+            .unwrap();
+        // Replace a recent and an old message, append two, one of them twice.
+        let write = json!({"messages": [
+            {"type": "ai", "content": "R38", "id": "id38"},
+            {"type": "ai", "content": "R1", "id": "id1"},
+            {"type": "ai", "content": "new", "id": "n1"},
+            {"type": "ai", "content": "new2", "id": "n2"},
+            {"type": "ai", "content": "new1b", "id": "n1"},
+        ]});
+        a.apply(&mut upd(write)).unwrap();
+        base[38] = json!({"type": "ai", "content": "R38", "id": "id38"});
+        base[1] = json!({"type": "ai", "content": "R1", "id": "id1"});
+        base.push(json!({"type": "ai", "content": "new1b", "id": "n1"}));
+        base.push(json!({"type": "ai", "content": "new2", "id": "n2"}));
+        let mut b = ThreadState::default();
+        b.apply(&mut upd(json!({"messages": base}))).unwrap();
+        assert_eq!(a, b);
+        // A write larger than the linear limit gives the same result through the index.
+        let many: Vec<Value> = (0..(LINEAR_APPLY_MAX + 5))
+            .map(
+                |i| json!({"type": "ai", "content": format!("x{i}"), "id": format!("id{}", i % 3)}),
+            )
+            .collect();
+        let mut c = a.clone();
+        c.apply(&mut upd(json!({"messages": many.clone()})))
+            .unwrap();
+        let mut d = a.clone();
+        for m in many {
+            d.apply(&mut upd(json!({"messages": [m]}))).unwrap();
+        }
+        assert_eq!(c, d);
     }
 
     #[test]

@@ -245,6 +245,21 @@ impl<'a> Loop<'a> {
         }
         let (mut node, mut skip_breakpoint) = match begin {
             Begin::Input { update, then } => {
+                // Only removals can make a write fail; try those before writing anything so
+                // that a bad input leaves the thread as it was.
+                if update
+                    .messages
+                    .as_deref()
+                    .is_some_and(|m| m.iter().any(|m| m.kind == MessageKind::Remove))
+                {
+                    let mut trial = (*self.state).clone();
+                    if let Err(e) = trial.apply(&mut (*update).clone()) {
+                        return LoopEnd::Failed {
+                            error: "InvalidUpdateError".into(),
+                            message: e.to_string(),
+                        };
+                    }
+                }
                 self.step += 1;
                 if let Err(e) = self
                     .write_checkpoint(
@@ -263,13 +278,13 @@ impl<'a> Loop<'a> {
                 if let Err(e) = self.apply(&mut writes) {
                     return e;
                 }
-                let next_names = self.next_names(next);
+                let (next_names, pending) = self.checkpoint_next(next);
                 let writes = writes
                     .into_iter()
                     .map(|w| (graph::START.to_string(), w))
                     .collect();
                 if let Err(e) = self
-                    .write_checkpoint(CheckpointSource::Loop, writes, next_names, Vec::new())
+                    .write_checkpoint(CheckpointSource::Loop, writes, next_names, pending)
                     .await
                 {
                     return e;
@@ -331,10 +346,10 @@ impl<'a> Loop<'a> {
             }
             self.send_progress(&writes);
             if !writes.is_empty() {
-                let next_names = self.next_names(next);
+                let (next_names, pending) = self.checkpoint_next(next);
                 let writes = writes.into_iter().map(|w| (name.clone(), w)).collect();
                 if let Err(e) = self
-                    .write_checkpoint(CheckpointSource::Loop, writes, next_names, Vec::new())
+                    .write_checkpoint(CheckpointSource::Loop, writes, next_names, pending)
                     .await
                 {
                     return e;
@@ -524,7 +539,16 @@ impl<'a> Loop<'a> {
                 let chain = &self.graph.chain;
                 let executor = &executor;
                 let ctx = self.ctx;
-                async move { (i, chain.call_tool(request, ctx, executor).await) }
+                async move {
+                    // A tool that panics becomes an error answer, not a dead run.
+                    let call =
+                        std::panic::AssertUnwindSafe(chain.call_tool(request, ctx, executor));
+                    let result = match futures::FutureExt::catch_unwind(call).await {
+                        Ok(r) => r,
+                        Err(_) => Err(ToolError::Failed("the tool panicked".into())),
+                    };
+                    (i, result)
+                }
             })
             .collect();
         loop {
@@ -602,16 +626,7 @@ impl<'a> Loop<'a> {
     /// Reaching `__end__`: make sure the last checkpoint says nothing is left to run, or —
     /// with a pending clarification — that the model runs next once it is answered.
     async fn finish(&mut self) -> LoopEnd {
-        let next = if self.interrupts.is_empty() {
-            Vec::new()
-        } else {
-            vec![
-                self.graph
-                    .topology
-                    .name(self.graph.topology.loop_entry())
-                    .to_string(),
-            ]
-        };
+        let (next, _) = self.checkpoint_next(Node::End);
         if let Err(e) = self.ensure_next(next).await {
             return e;
         }
@@ -644,12 +659,20 @@ impl<'a> Loop<'a> {
             .await
     }
 
-    /// `[name]` of the node that runs next, or `[]` at the end.
-    fn next_names(&self, next: Node) -> Vec<String> {
-        if next == Node::End {
-            Vec::new()
-        } else {
-            vec![self.graph.topology.name(next).to_string()]
+    /// What a checkpoint records when `next` runs next: `[name]`, or `[]` at the end — except
+    /// that a run ending on a pending question records the next model turn with the question
+    /// as its interrupt.
+    fn checkpoint_next(&self, next: Node) -> (Vec<String>, Vec<Interrupt>) {
+        match next {
+            Node::End if self.interrupts.is_empty() => (Vec::new(), Vec::new()),
+            Node::End => {
+                let entry = self.graph.topology.loop_entry();
+                (
+                    vec![self.graph.topology.name(entry).to_string()],
+                    self.interrupts.clone(),
+                )
+            }
+            n => (vec![self.graph.topology.name(n).to_string()], Vec::new()),
         }
     }
 

@@ -150,3 +150,36 @@ async fn subagents_enabled_adds_task_tool_and_prompt_section() {
     );
     let _ = agent.describe();
 }
+
+#[tokio::test]
+async fn model_failure_answered_by_the_error_middleware_ends_the_run_as_an_error() {
+    use fawn_testkit::{Fault, MockLlm, Turn};
+    let home = tempfile::tempdir().unwrap();
+    let mock = MockLlm::start().await.unwrap();
+    mock.push(Turn::fault(Fault::InsufficientQuota));
+    let settings = Settings::with_home(home.path());
+    let deps = AgentDeps::deerflow(
+        Arc::new(settings),
+        ModelRegistry::from_models(vec![mock_model(&mock, false)]),
+        Arc::new(NoSandbox),
+        false,
+    )
+    .unwrap();
+    let agent = LeadAgent::new(deps);
+    let (out, rec) = run(&agent, spec("hello")).await;
+    match &out {
+        RunOutcome::Error { error, message } => {
+            assert_eq!(error, "RateLimitError", "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // The user-facing fallback answer is kept in the thread.
+    let last = rec.last_state().messages.last().unwrap().clone();
+    assert_eq!(last.kind, MessageKind::Ai);
+    assert_eq!(last.additional_kwargs["deerflow_error_fallback"], true);
+    assert_eq!(
+        mock.chat_requests().len(),
+        1,
+        "quota errors are not retried"
+    );
+}

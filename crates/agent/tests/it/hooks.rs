@@ -190,3 +190,59 @@ async fn no_op_hooks_count_towards_the_recursion_limit() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test]
+async fn middleware_custom_events_stream_inside_their_node() {
+    use async_trait::async_trait;
+    use fawn_middleware::{HookOutcome, Middleware, MiddlewareError, RunContext};
+    use fawn_state::{StateUpdate, StreamEvent};
+    struct Signal;
+    #[async_trait]
+    impl Middleware for Signal {
+        fn name(&self) -> &str {
+            "Signal"
+        }
+        fn hooks(&self) -> &'static [Hook] {
+            &[Hook::AfterModel]
+        }
+        async fn after_model(
+            &self,
+            _: &ThreadState,
+            ctx: &RunContext,
+        ) -> Result<HookOutcome, MiddlewareError> {
+            ctx.events
+                .emit(StreamEvent::Custom(json!({"type": "signal", "n": 1})));
+            ctx.set_stop_reason("loop_capped");
+            Ok(HookOutcome::update(
+                StateUpdate::from_value(json!({"title": "S"})).unwrap(),
+            ))
+        }
+    }
+    let model = scripted([ScriptedTurn::text("hi")]);
+    let agent = AgentBuilder::new(model)
+        .middleware(Arc::new(Signal))
+        .build();
+    let (out, rec) = run(&agent, spec("go")).await;
+    assert_eq!(
+        out,
+        fawn_agent::RunOutcome::Success {
+            interrupts: vec![],
+            stop_reason: Some("loop_capped".into())
+        }
+    );
+    let log: Vec<String> = rec.log().into_iter().filter(|l| l != "chunk").collect();
+    let at = log.iter().position(|l| l == "custom").unwrap();
+    assert_eq!(
+        &log[at..at + 3],
+        [
+            "custom",
+            "start:Signal.after_model",
+            "end:Signal.after_model"
+        ]
+    );
+    let custom = rec.events().into_iter().find_map(|e| match e {
+        StreamEvent::Custom(v) => Some(v),
+        _ => None,
+    });
+    assert_eq!(custom, Some(json!({"type": "signal", "n": 1})));
+}

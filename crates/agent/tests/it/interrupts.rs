@@ -227,8 +227,18 @@ async fn clarification_is_an_interrupt_until_answered() {
     let tm = state.messages.last().unwrap();
     assert_eq!(tm.kind, MessageKind::Tool);
     assert_eq!(tm.text(), "❓ Which env?");
+    // The tools step's own checkpoint records the pending question (no extra checkpoint).
+    assert_eq!(
+        rec.checkpoint_summary(),
+        vec![
+            (-1, "input", s(&["__start__"])),
+            (0, "loop", s(&["model"])),
+            (1, "loop", s(&["tools"])),
+            (2, "loop", s(&["model"])),
+        ]
+    );
     let last = rec.checkpoints().pop().unwrap();
-    assert_eq!(last.next, s(&["model"]));
+    assert_eq!(last.writes[0].0, "tools");
     assert_eq!(last.tasks[0].interrupts, vec![interrupt.clone()]);
     assert_eq!(model.requests().len(), 1);
 
@@ -309,4 +319,53 @@ async fn a_new_user_message_also_answers_the_clarification() {
         rec.checkpoints().last().unwrap().state.as_ref().clone(),
     );
     let _ = ThreadState::default();
+}
+
+#[tokio::test]
+async fn a_resume_for_another_interrupt_leaves_the_question_pending() {
+    let model = scripted([ScriptedTurn::tool_call(
+        "ask_clarification",
+        json!({"question": "Which env?"}),
+        "call_q",
+    )]);
+    let agent = AgentBuilder::new(model.clone())
+        .tool(AskClarification)
+        .build();
+    let (out, rec) = run(&agent, spec("deploy")).await;
+    let RunOutcome::Success { interrupts, .. } = out else {
+        panic!()
+    };
+    let mut resume = follow_up(&rec, None);
+    resume.command = Some(Command {
+        resume: Some(json!({ fawn_agent::interrupts::interrupt_id("other"): "x" })),
+        ..Default::default()
+    });
+    let (out, rec2) = run(&agent, resume).await;
+    assert_eq!(
+        out,
+        RunOutcome::Success {
+            interrupts,
+            stop_reason: None
+        }
+    );
+    assert!(rec2.checkpoints().is_empty());
+    assert_eq!(model.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn command_resume_continues_from_a_breakpoint() {
+    let model = scripted(tool_then_answer());
+    let agent = AgentBuilder::new(model.clone()).tool(Echo).build();
+    let mut sp = spec("go");
+    sp.interrupt_before = nodes(&["tools"]);
+    let (_, rec) = run(&agent, sp).await;
+    let mut resume = follow_up(&rec, None);
+    resume.command = Some(Command {
+        resume: Some(json!("go on")),
+        ..Default::default()
+    });
+    let (out, rec2) = run(&agent, resume).await;
+    ok(&out);
+    assert_eq!(rec2.updated_nodes(), ["tools", "model"]);
+    assert_eq!(rec2.last_state().messages.last().unwrap().text(), "done");
 }

@@ -223,3 +223,106 @@ async fn null_input_on_finished_thread_does_nothing() {
     assert!(rec2.checkpoints().is_empty());
     assert_eq!(model.requests().len(), 1);
 }
+
+#[tokio::test]
+async fn recursion_limit_one_runs_the_model_then_fails() {
+    let model = scripted([ScriptedTurn::tool_call("echo", json!({"text": "x"}), "c1")]);
+    let agent = AgentBuilder::new(model).tool(Echo).build();
+    let mut sp = spec("go");
+    sp.recursion_limit = Some(json!(1));
+    let (out, rec) = run(&agent, sp).await;
+    assert_eq!(
+        out,
+        RunOutcome::Error {
+            error: "GraphRecursionError".into(),
+            message: "Recursion limit of 1 reached without hitting a stop condition. You can \
+                      increase the limit by setting the `recursion_limit` config key.\nFor \
+                      troubleshooting, visit: \
+                      https://docs.langchain.com/oss/python/langgraph/errors/GRAPH_RECURSION_LIMIT"
+                .into()
+        }
+    );
+    assert_eq!(rec.updated_nodes(), ["model"]);
+    // What ran is kept: the thread can continue from the pending `tools`.
+    assert_eq!(rec.checkpoints().last().unwrap().next, s(&["tools"]));
+}
+
+#[tokio::test]
+async fn a_run_from_an_older_checkpoint_starts_with_a_fork() {
+    let model = scripted([ScriptedTurn::text("first"), ScriptedTurn::text("again")]);
+    let agent = AgentBuilder::new(model).build();
+    let (_, rec) = run(&agent, spec("one")).await;
+    // Re-run from the checkpoint right after the input (step 0, next: model).
+    let c = rec.checkpoints()[1].clone();
+    let mut sp = follow_up(&rec, None);
+    sp.start = fawn_agent::StartPoint {
+        checkpoint_id: Some("ckpt-1".into()),
+        state: (*c.state).clone(),
+        next: c.next.clone(),
+        tasks: c.tasks.clone(),
+        step: c.step,
+        is_fork: true,
+    };
+    let (out, rec2) = run(&agent, sp).await;
+    ok(&out);
+    assert_eq!(
+        rec2.checkpoint_summary(),
+        vec![(0, "fork", s(&["model"])), (1, "loop", vec![])]
+    );
+    let texts: Vec<String> = rec2
+        .last_state()
+        .messages
+        .iter()
+        .map(|m| m.text())
+        .collect();
+    assert_eq!(texts, s(&["one", "again"]));
+}
+
+#[tokio::test]
+async fn cancelling_during_a_tool_stops_the_run() {
+    let model = scripted([ScriptedTurn::tool_call(
+        "echo",
+        json!({"text": "slow", "delay_ms": 30000}),
+        "c1",
+    )]);
+    let agent = AgentBuilder::new(model).tool(Echo).build();
+    let rec = Recorder::new();
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let c2 = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        c2.cancel();
+    });
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        fawn_agent::GraphRunner::run(&agent, spec("go"), rec.clone(), cancel),
+    )
+    .await
+    .expect("cancelled promptly");
+    assert_eq!(out, RunOutcome::Cancelled);
+    // The model step was kept; the tools step never completed.
+    assert_eq!(rec.checkpoints().last().unwrap().next, s(&["tools"]));
+}
+
+#[tokio::test]
+async fn an_input_that_cannot_apply_writes_nothing() {
+    let model = scripted([ScriptedTurn::text("never")]);
+    let agent = AgentBuilder::new(model.clone()).build();
+    let mut sp = spec("x");
+    sp.input = Some(
+        fawn_state::StateUpdate::from_value(
+            json!({"messages": [{"type": "remove", "id": "ghost"}]}),
+        )
+        .unwrap(),
+    );
+    let (out, rec) = run(&agent, sp).await;
+    match out {
+        RunOutcome::Error { error, message } => {
+            assert_eq!(error, "InvalidUpdateError");
+            assert!(message.contains("ghost"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(rec.checkpoints().is_empty());
+    assert!(model.requests().is_empty());
+}

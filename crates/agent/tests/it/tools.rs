@@ -212,3 +212,38 @@ async fn return_direct_tools_end_the_run() {
     );
     assert!(rec.checkpoints().last().unwrap().next.is_empty());
 }
+
+#[tokio::test]
+async fn a_panicking_tool_becomes_an_error_answer() {
+    struct Panics;
+    #[async_trait]
+    impl Tool for Panics {
+        fn name(&self) -> &str {
+            "panics"
+        }
+        fn description(&self) -> &str {
+            "Panics."
+        }
+        fn parameters(&self) -> Value {
+            json!({"type": "object", "properties": {}})
+        }
+        async fn call(
+            &self,
+            _: Map<String, Value>,
+            _: &ToolContext,
+        ) -> Result<ToolOutput, ToolError> {
+            panic!("bug in a tool");
+        }
+    }
+    let model = scripted([
+        ScriptedTurn::tool_call("panics", json!({}), "c1"),
+        ScriptedTurn::text("recovered"),
+    ]);
+    let agent = AgentBuilder::new(model).tool(Panics).build();
+    let (out, rec) = run(&agent, spec("go")).await;
+    ok(&out);
+    let state = rec.last_state();
+    assert_eq!(state.messages[2].status.as_deref(), Some("error"));
+    assert!(state.messages[2].text().contains("the tool panicked"));
+    assert_eq!(state.messages[3].text(), "recovered");
+}

@@ -4,8 +4,10 @@
 //! persists). Reports, per step, the wall time minus the time spent inside the model, as
 //! p50/p99 over the steps of the run (pooled over repetitions).
 //!
-//! `cargo run --release -p fawn-bench --bin agent_steps [-- --deerflow]`
+//! `cargo run --release -p fawn-bench --bin agent_steps [-- --keep-state] [--deerflow]`
 //!
+//! `--keep-state` also runs with a store that keeps each checkpoint's full state `Arc` (as a
+//! latest-state cache does), which makes the agent copy its state on the next step.
 //! `--deerflow` also runs DeerFlow's full middleware chain (informational: several of its
 //! middlewares look at the whole history on every call, by design).
 
@@ -138,6 +140,9 @@ type Row = (i64, &'static str, Vec<(String, StateUpdate)>, Vec<String>);
 #[derive(Default)]
 struct MemoryStore {
     rows: Mutex<Vec<Row>>,
+    /// Keep the latest state like a latest-state cache does (`--keep-state`).
+    keep_state: bool,
+    latest: Mutex<Option<Arc<fawn_state::ThreadState>>>,
     /// Time at which each `tools` checkpoint was handed over (the end of a step).
     step_ends: Mutex<Vec<(Instant, u64)>>,
     model_nanos: Arc<AtomicU64>,
@@ -154,6 +159,11 @@ impl EventSink for MemoryStore {
 impl RunObserver for MemoryStore {
     async fn checkpoint(&self, c: StepCheckpoint) -> Result<String, ObserverError> {
         let is_tools = c.writes.first().is_some_and(|(n, _)| n == "tools");
+        if self.keep_state
+            && let Ok(mut l) = self.latest.lock()
+        {
+            *l = Some(c.state.clone());
+        }
         let mut rows = self
             .rows
             .lock()
@@ -176,6 +186,7 @@ impl RunObserver for MemoryStore {
 async fn one_run(
     steps: usize,
     deerflow: bool,
+    keep_state: bool,
     home: &std::path::Path,
 ) -> anyhow::Result<Vec<Duration>> {
     let model_nanos = Arc::new(AtomicU64::new(0));
@@ -202,6 +213,7 @@ async fn one_run(
     let agent = LeadAgent::new(deps);
     let store = Arc::new(MemoryStore {
         model_nanos: model_nanos.clone(),
+        keep_state,
         ..Default::default()
     });
     let spec = RunSpec {
@@ -252,13 +264,18 @@ fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
-async fn table(deerflow: bool, home: &std::path::Path) -> anyhow::Result<()> {
+async fn table(deerflow: bool, keep_state: bool, home: &std::path::Path) -> anyhow::Result<()> {
     println!(
-        "\n{} — framework overhead per step (model + tool), excluding model time",
+        "\n{}, store {} — framework overhead per step (model + tool), excluding model time",
         if deerflow {
             "DeerFlow middleware chain"
         } else {
             "bare loop (no middlewares)"
+        },
+        if keep_state {
+            "keeps writes + latest state"
+        } else {
+            "keeps writes"
         }
     );
     println!(
@@ -266,13 +283,13 @@ async fn table(deerflow: bool, home: &std::path::Path) -> anyhow::Result<()> {
         "steps", "samples", "p50 µs", "p99 µs", "mean µs"
     );
     // Warm up allocators and lazy statics.
-    one_run(20, deerflow, home).await?;
+    one_run(20, deerflow, keep_state, home).await?;
     let mut p50_10 = None;
     for steps in [10usize, 30, 100, 300] {
         let reps = (3000 / steps).clamp(3, 100);
         let mut samples = Vec::new();
         for _ in 0..reps {
-            samples.extend(one_run(steps, deerflow, home).await?);
+            samples.extend(one_run(steps, deerflow, keep_state, home).await?);
         }
         samples.sort();
         let mean = samples.iter().sum::<Duration>() / samples.len().max(1) as u32;
@@ -300,14 +317,18 @@ async fn table(deerflow: bool, home: &std::path::Path) -> anyhow::Result<()> {
 
 fn main() -> anyhow::Result<()> {
     let deerflow = std::env::args().any(|a| a == "--deerflow");
+    let keep_state = std::env::args().any(|a| a == "--keep-state");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let home = std::env::temp_dir().join(format!("fawn-bench-{}", std::process::id()));
     rt.block_on(async {
-        table(false, &home).await?;
+        table(false, false, &home).await?;
+        if keep_state {
+            table(false, true, &home).await?;
+        }
         if deerflow {
-            table(true, &home).await?;
+            table(true, false, &home).await?;
         }
         anyhow::Ok(())
     })?;
