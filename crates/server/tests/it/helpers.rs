@@ -124,6 +124,8 @@ pub struct Spawn {
     pub existing_db: Option<Arc<TestDb>>,
     pub tweak: Option<Tweak>,
     pub no_models: bool,
+    /// Serve the real DeerFlow lead agent (the default graphs) instead of the test graph.
+    pub lead_agent: bool,
 }
 
 impl Spawn {
@@ -134,6 +136,7 @@ impl Spawn {
             existing_db: None,
             tweak: None,
             no_models: false,
+            lead_agent: false,
         }
     }
 }
@@ -178,10 +181,12 @@ pub async fn spawn_with(spec: Spawn) -> Option<TestApp> {
     options.queue.poll_interval = Duration::from_millis(200);
     if !spec.no_models {
         settings.app.models = vec![mock_model_config(&mock)];
-        let models = ModelRegistry::from_config(&settings.app).expect("models");
-        options.graphs =
-            Some(Graphs::new().with(Arc::new(MiniAgent::new("lead_agent", models.clone()))));
-        options.models = Some(models);
+        if !spec.lead_agent {
+            let models = ModelRegistry::from_config(&settings.app).expect("models");
+            options.graphs =
+                Some(Graphs::new().with(Arc::new(MiniAgent::new("lead_agent", models.clone()))));
+            options.models = Some(models);
+        }
     }
     if let Some(t) = spec.tweak {
         t(&mut options);
