@@ -607,7 +607,7 @@ async fn dynamic_interrupt_then_resume(db: Db) {
         .post(
             &format!("/threads/{tid}/runs/stream"),
             json!({"assistant_id": "lead_agent", "input": user_input("ship it"),
-                   "stream_mode": ["updates", "values"]}),
+                   "stream_mode": ["updates", "values"], "stream_resumable": true}),
         )
         .await;
     let cl = r.headers()["content-location"]
@@ -634,6 +634,19 @@ async fn dynamic_interrupt_then_resume(db: Db) {
     assert_eq!(last.data["__interrupt__"][0]["id"], iid.as_str());
     let (_, run) = app.get_json(&format!("/threads/{tid}/runs/{rid}")).await;
     assert_eq!(run["status"], "success");
+    // `Last-Event-ID: -1` (useStream after a reload) replays the whole run.
+    let r = app
+        .client
+        .get(app.u(&format!("/threads/{tid}/runs/{rid}/stream")))
+        .header("last-event-id", "-1")
+        .send()
+        .await
+        .unwrap();
+    let replay = parse_sse(&r.text().await.unwrap());
+    assert_eq!(replay.len(), events.len());
+    assert_eq!(replay[0].id.as_deref(), Some("0"));
+    assert_eq!(replay[0].event, "metadata");
+    assert_eq!(replay.last().unwrap().data, last.data);
     let (_, thread) = app.get_json(&format!("/threads/{tid}")).await;
     assert_eq!(thread["status"], "interrupted");
     let per_task = thread["interrupts"].as_object().unwrap();
