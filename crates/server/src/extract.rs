@@ -21,8 +21,13 @@ pub struct BodyLimit(pub usize);
 #[derive(Debug, Clone)]
 pub struct JsonBody<T>(pub T);
 
+/// How much of an oversized body is read and discarded before answering 413, so that a
+/// client still sending it can read the answer (beyond this the connection is dropped).
+const DRAIN_CAP: usize = 32 * 1024 * 1024;
+
 /// Reads the raw body under the configured limit.
 pub async fn read_body(req: Request) -> Result<Bytes, ApiError> {
+    use futures::StreamExt;
     let limit = req
         .extensions()
         .get::<BodyLimit>()
@@ -33,23 +38,36 @@ pub async fn read_body(req: Request) -> Result<Bytes, ApiError> {
         .get(axum::http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
+    let mut too_big = declared.is_some_and(|n| n > limit as u64);
+    let capacity = declared.map(|n| n.min(limit as u64) as usize).unwrap_or(0);
+    let mut buf: Vec<u8> = Vec::with_capacity(capacity);
+    let mut total = 0usize;
+    let mut stream = req.into_body().into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = match chunk {
+            Ok(c) => c,
+            Err(e) if too_big => {
+                tracing::debug!(error = %e, "oversized body ended early");
+                break;
+            }
+            Err(e) => return Err(ApiError::bad_request(format!("Could not read body: {e}"))),
+        };
+        total = total.saturating_add(chunk.len());
+        if total > limit {
+            too_big = true;
+        }
+        if too_big {
+            if total > DRAIN_CAP.max(limit) {
+                break;
+            }
+            continue;
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    if too_big {
         return Err(too_large(limit));
     }
-    match axum::body::to_bytes(req.into_body(), limit).await {
-        Ok(b) => Ok(b),
-        Err(e) => {
-            // `to_bytes` reports the limit as a `LengthLimitError` somewhere in the chain.
-            let mut src: Option<&(dyn std::error::Error + 'static)> = Some(&e);
-            while let Some(s) = src {
-                if s.to_string().contains("length limit exceeded") {
-                    return Err(too_large(limit));
-                }
-                src = s.source();
-            }
-            Err(ApiError::bad_request(format!("Could not read body: {e}")))
-        }
-    }
+    Ok(Bytes::from(buf))
 }
 
 fn too_large(limit: usize) -> ApiError {
