@@ -12,13 +12,14 @@
 mod keypath;
 mod loader;
 mod options;
+mod redact;
 mod source;
 mod typed;
 pub mod types;
 mod validate;
 
 pub use loader::{IGNORED_DEERFLOW_SECTIONS, load, load_str};
-pub use options::LoadOptions;
+pub use options::{LoadOptions, Validator};
 pub use source::MAX_CONFIG_BYTES;
 pub use types::*;
 

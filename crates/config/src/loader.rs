@@ -211,6 +211,12 @@ fn build(
     apply_database_url(opts, &mut app, &mut report);
     validate::app(&mut app, &origins, &mut report);
     validate::extensions(&extensions, &mut report);
+    for check in opts.validators() {
+        for issue in check(&app) {
+            let path = origins.remap(&issue.path);
+            report.error(path, issue.message);
+        }
+    }
 
     let config_dir = config_path
         .as_deref()
@@ -226,7 +232,7 @@ fn build(
         Some(p) => config_dir.join(p),
         None => opts
             .path_var("DEER_FLOW_SKILLS_PATH")
-            .unwrap_or_else(|| opts.cwd.join("skills")),
+            .unwrap_or_else(|| config_dir.join("skills")),
     };
 
     if !report.errors.is_empty() {
@@ -361,6 +367,29 @@ pub(crate) struct Origins {
     pub models: Vec<usize>,
     pub tools: Vec<usize>,
     pub tool_groups: Vec<usize>,
+}
+
+impl Origins {
+    /// Maps `models[pos]…` / `tools[pos]…` / `tool_groups[pos]…` (a position in the typed list)
+    /// to the entry's index in the file.
+    pub(crate) fn remap(&self, path: &str) -> String {
+        for (name, list) in [
+            ("models", &self.models),
+            ("tool_groups", &self.tool_groups),
+            ("tools", &self.tools),
+        ] {
+            let Some(rest) = path.strip_prefix(name).and_then(|r| r.strip_prefix('[')) else {
+                continue;
+            };
+            let Some(end) = rest.find(']') else { continue };
+            let Ok(pos) = rest[..end].parse::<usize>() else {
+                continue;
+            };
+            let index = list.get(pos).copied().unwrap_or(pos);
+            return format!("{name}[{index}]{}", &rest[end + 1..]);
+        }
+        path.to_string()
+    }
 }
 
 fn parse_app(

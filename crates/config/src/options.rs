@@ -7,6 +7,12 @@ use std::sync::Arc;
 
 type Lookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
+/// A check run by the loader on the typed configuration, so its problems are reported together
+/// with the loader's own (e.g. the model and tool registries checking `use:` values). Issue paths
+/// name entries by their position in the typed lists (`models[2].use`); the loader maps them
+/// back to their index in the file.
+pub type Validator = Arc<dyn Fn(&crate::AppConfig) -> Vec<crate::ConfigIssue> + Send + Sync>;
+
 /// Inputs of [`load`](crate::load).
 #[derive(Clone)]
 pub struct LoadOptions {
@@ -15,6 +21,7 @@ pub struct LoadOptions {
     /// Directory relative paths are resolved against (`./config.yaml`, `./.fawn`, `./skills`).
     pub cwd: PathBuf,
     env: Lookup,
+    validators: Vec<Validator>,
 }
 
 impl std::fmt::Debug for LoadOptions {
@@ -33,6 +40,7 @@ impl LoadOptions {
             config_path: None,
             cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
             env: Arc::new(|name| std::env::var(name).ok()),
+            validators: Vec::new(),
         }
     }
 
@@ -50,6 +58,7 @@ impl LoadOptions {
             config_path: None,
             cwd: cwd.into(),
             env: Arc::new(move |name| map.get(name).cloned()),
+            validators: Vec::new(),
         }
     }
 
@@ -62,6 +71,7 @@ impl LoadOptions {
             config_path: None,
             cwd: cwd.into(),
             env: Arc::new(lookup),
+            validators: Vec::new(),
         }
     }
 
@@ -69,6 +79,16 @@ impl LoadOptions {
     pub fn config_path(mut self, path: impl Into<PathBuf>) -> Self {
         self.config_path = Some(path.into());
         self
+    }
+
+    /// Adds a check run on the typed configuration (see [`Validator`]).
+    pub fn validator(mut self, v: Validator) -> Self {
+        self.validators.push(v);
+        self
+    }
+
+    pub(crate) fn validators(&self) -> &[Validator] {
+        &self.validators
     }
 
     /// An environment variable (an empty value counts as set, as in DeerFlow).

@@ -21,6 +21,9 @@ fn yaml_options(duplicates: serde_saphyr::DuplicateKeyPolicy) -> serde_saphyr::O
     options.budget = Some(budget);
     options.duplicate_keys = duplicates;
     options.with_snippet = false;
+    // YAML 1.2 booleans only, so `model: y` or `name: no` stay strings. Fields that want a
+    // boolean still accept `yes`/`on`/`y` through the loader's lax coercion (as pydantic does).
+    options.strict_booleans = true;
     options
 }
 

@@ -21,8 +21,14 @@ pub(crate) struct Report {
 }
 
 impl Report {
+    /// Records an error. A key that already has one keeps only the first: a later
+    /// "is required" after "expected a string" would describe the same problem twice.
     pub fn error(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        self.errors.push(ConfigIssue::new(path, message));
+        let issue = ConfigIssue::new(path, message);
+        if self.errors.iter().any(|e| e.path == issue.path) && !issue.path.is_empty() {
+            return;
+        }
+        self.errors.push(issue);
     }
 
     pub fn warn(&mut self, path: impl Into<String>, message: impl Into<String>) {

@@ -64,7 +64,7 @@ impl Default for AppConfig {
 }
 
 /// One entry of `models:`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ModelConfig {
     /// Id used by `model_name` in runs and by the API.
@@ -438,7 +438,7 @@ impl Default for UploadsConfig {
 }
 
 /// `database:`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct DatabaseConfig {
     /// `sqlite` (default), `postgres`, or `memory` (treated as a temporary SQLite file).
@@ -453,7 +453,7 @@ pub struct DatabaseConfig {
 }
 
 /// Legacy `checkpointer:`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct CheckpointerConfig {
     #[serde(rename = "type")]
@@ -554,7 +554,7 @@ fn yes() -> bool {
 }
 
 /// One MCP server.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct McpServerConfig {
     pub enabled: bool,
@@ -598,7 +598,7 @@ impl Default for McpServerConfig {
 }
 
 /// OAuth token acquisition for an HTTP MCP server.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct McpOAuthConfig {
     pub enabled: bool,
@@ -637,3 +637,18 @@ impl Default for McpOAuthConfig {
         }
     }
 }
+
+// Secrets never reach logs: these types print with their secret fields redacted.
+crate::redact::redacted_debug!(ModelConfig, fields: ["api_key"], maps: ["headers"]);
+crate::redact::redacted_debug!(DatabaseConfig, fields: ["url"], maps: []);
+crate::redact::redacted_debug!(CheckpointerConfig, fields: ["connection_string"], maps: []);
+crate::redact::redacted_debug!(
+    McpServerConfig,
+    fields: ["oauth.client_secret", "oauth.refresh_token"],
+    maps: ["env", "headers", "oauth.extra_token_params"]
+);
+crate::redact::redacted_debug!(
+    McpOAuthConfig,
+    fields: ["client_secret", "refresh_token"],
+    maps: ["extra_token_params"]
+);

@@ -370,8 +370,13 @@ pub(crate) fn extensions(ext: &ExtensionsConfig, r: &mut Report) {
                 r.warn(path, format!("{msg} (server is disabled)"));
             }
         };
-        let kind = s.kind.as_deref().unwrap_or("stdio");
-        match kind {
+        let kind = s
+            .kind
+            .as_deref()
+            .unwrap_or("stdio")
+            .trim()
+            .to_ascii_lowercase();
+        match kind.as_str() {
             "stdio" => {
                 if opt_blank(&s.command) {
                     issue(
@@ -380,7 +385,7 @@ pub(crate) fn extensions(ext: &ExtensionsConfig, r: &mut Report) {
                     );
                 }
             }
-            "sse" | "http" | "streamable_http" | "streamable-http" => {
+            "sse" | "http" | "streamable_http" | "streamable-http" | "streamablehttp" => {
                 if opt_blank(&s.url) {
                     issue(
                         keypath::key(&base, "url"),

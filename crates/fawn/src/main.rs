@@ -74,16 +74,22 @@ fn main() -> ExitCode {
     }
 }
 
+/// The process environment plus the registries' checks of `use:` values, so that one
+/// `check-config` run reports every problem.
 fn load_options(path: Option<PathBuf>) -> fawn_config::LoadOptions {
-    let opts = fawn_config::LoadOptions::from_process();
+    let opts = fawn_config::LoadOptions::from_process()
+        .validator(std::sync::Arc::new(fawn_llm::validate_models))
+        .validator(std::sync::Arc::new(
+            fawn_tools::registry::validate_tool_config,
+        ));
     match path {
         Some(p) => opts.config_path(p),
         None => opts,
     }
 }
 
-/// Every problem of the configuration, errors first: the loader's, then those of the
-/// registries that own `use:` paths (models, tools). Invalid skills are warnings.
+/// Every problem of the configuration, one line each with its key path. Invalid skills are
+/// warnings.
 fn check_config(path: Option<PathBuf>) -> ExitCode {
     let loaded = match fawn_config::load(&load_options(path)) {
         Ok(l) => l,
@@ -95,10 +101,6 @@ fn check_config(path: Option<PathBuf>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let mut errors = fawn_llm::validate_models(&loaded.settings.app);
-    errors.extend(fawn_tools::registry::validate_tool_config(
-        &loaded.settings.app,
-    ));
     let skills = fawn_tools::skills::SkillCatalog::scan(
         &loaded.settings.skills_dir,
         &loaded.settings.extensions.skills,
@@ -109,13 +111,6 @@ fn check_config(path: Option<PathBuf>) -> ExitCode {
     }
     for invalid in skills.invalid() {
         eprintln!("warning: {invalid} (skill not loaded)");
-    }
-    for issue in &errors {
-        eprintln!("error: {issue}");
-    }
-    if !errors.is_empty() {
-        eprintln!("config check failed: {} problem(s)", errors.len());
-        return ExitCode::FAILURE;
     }
     let s = &loaded.settings;
     match &s.config_path {

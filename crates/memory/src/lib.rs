@@ -40,6 +40,14 @@ pub trait MemorySink: Send + Sync {
     );
 }
 
+/// Reads the memory block a prompt should carry (what `DynamicContextMiddleware` injects).
+#[async_trait::async_trait]
+pub trait MemoryReader: Send + Sync {
+    /// `<memory>\n…\n</memory>` for a user (and custom agent), or `None` when there is
+    /// nothing to inject. Never fails a run: read errors are logged and give `None`.
+    async fn memory_block(&self, user_id: &str, agent_name: Option<&str>) -> Option<String>;
+}
+
 /// One conversation waiting to be learned from (already filtered to the user's messages
 /// and the final answers).
 #[derive(Clone, Debug, PartialEq)]
@@ -113,15 +121,15 @@ impl Memory {
     /// The `<memory>` block for a user (and custom agent), or `None` when memory is empty
     /// or unreadable (a read failure is logged, never fatal to a run).
     pub async fn context(&self, user_id: &str, agent_name: Option<&str>) -> Option<String> {
-        let data = match self.store.load(user_id).await {
-            Ok(d) => d,
-            Err(e) => {
-                tracing::warn!(user_id, error = %e, "memory not injected");
-                return None;
-            }
-        };
-        let mut view = data;
-        view.facts.retain(|f| f.agent() == agent_name);
-        memory_block(&view, &self.injection)
+        self.store
+            .memory_block(user_id, agent_name, &self.injection)
+            .await
+    }
+}
+
+#[async_trait::async_trait]
+impl MemoryReader for Memory {
+    async fn memory_block(&self, user_id: &str, agent_name: Option<&str>) -> Option<String> {
+        self.context(user_id, agent_name).await
     }
 }

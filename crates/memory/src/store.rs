@@ -157,3 +157,25 @@ async fn write_file(path: &Path, data: &MemoryData) -> Result<(), MemoryError> {
     }
     Ok(())
 }
+
+impl MemoryStore {
+    /// The `<memory>` block of a user for a custom agent (`None`: the default agent), with
+    /// `opts`; `None` when empty or unreadable (logged).
+    pub async fn memory_block(
+        &self,
+        user_id: &str,
+        agent_name: Option<&str>,
+        opts: &crate::format::InjectionOptions,
+    ) -> Option<String> {
+        let data = match self.load(user_id).await {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(user_id, error = %e, "memory not injected");
+                return None;
+            }
+        };
+        let mut view = data;
+        view.facts.retain(|f| f.agent() == agent_name);
+        crate::format::memory_block(&view, opts)
+    }
+}

@@ -3,21 +3,25 @@
 //!
 //! ```text
 //! lead:      InputSanitization, ThreadData, Uploads, Sandbox, DanglingToolCall,
-//!            LLMErrorHandling, ToolErrorHandling, [DeerFlowSummarization], [Todo], Title,
-//!            [Memory], [ViewImage], [SubagentLimit], [LoopDetection], Clarification
+//!            LLMErrorHandling, ToolErrorHandling, DynamicContext, [DeerFlowSummarization],
+//!            [Todo], Title, [Memory], [ViewImage], SystemMessageCoalescing,
+//!            [SubagentLimit], [LoopDetection], Clarification
 //! subagent:  InputSanitization, ThreadData, Sandbox, DanglingToolCall, LLMErrorHandling,
-//!            ToolErrorHandling, [ViewImage], [LoopDetection], [DeerFlowSummarization]
+//!            ToolErrorHandling, [ViewImage], [LoopDetection], [DeerFlowSummarization],
+//!            SystemMessageCoalescing
 //! ```
 
 use crate::clarification::ClarificationMiddleware;
 use crate::dangling::DanglingToolCallMiddleware;
+use crate::dynamic_context::DynamicContextMiddleware;
 use crate::input_sanitization::InputSanitizationMiddleware;
-use crate::llm_error::{CircuitBreaker, LLMErrorHandlingMiddleware, LlmConcurrency};
+use crate::llm_error::{CircuitBreakers, LLMErrorHandlingMiddleware, LlmConcurrency};
 use crate::loop_detection::{LoopDetectionMiddleware, LoopTracker};
 use crate::memory::MemoryMiddleware;
 use crate::sandbox::SandboxMiddleware;
 use crate::subagent_limit::SubagentLimitMiddleware;
 use crate::summarization::DeerFlowSummarizationMiddleware;
+use crate::system_coalescing::SystemMessageCoalescingMiddleware;
 use crate::thread_data::ThreadDataMiddleware;
 use crate::title::TitleMiddleware;
 use crate::todo::TodoMiddleware;
@@ -27,16 +31,18 @@ use crate::view_image::ViewImageMiddleware;
 use crate::{Chain, Middleware, RunOptions};
 use fawn_config::{AppConfig, Settings};
 use fawn_llm::ModelInfo;
+use fawn_memory::MemoryReader;
 use fawn_tools::Tool;
 use fawn_tools::builtins::WriteTodosTool;
 use std::sync::Arc;
 
-/// State DeerFlow keeps per process, shared by every run's chain: the LLM circuit breaker,
-/// the cap on concurrent model calls and the per-thread loop-detection history. Create it
+/// State DeerFlow keeps per process, shared by every run's chain: the LLM circuit breakers
+/// (one per model), the cap on concurrent model calls and the per-thread loop-detection
+/// history. Create it
 /// once at startup (the concurrency cap is fixed then).
 #[derive(Debug)]
 pub struct SharedState {
-    pub circuit: Arc<CircuitBreaker>,
+    pub circuits: Arc<CircuitBreakers>,
     pub llm_limiter: LlmConcurrency,
     pub loops: Arc<LoopTracker>,
 }
@@ -44,7 +50,7 @@ pub struct SharedState {
 impl SharedState {
     pub fn new(app: &AppConfig) -> Self {
         SharedState {
-            circuit: Arc::new(CircuitBreaker::from_config(&app.circuit_breaker)),
+            circuits: Arc::new(CircuitBreakers::from_config(&app.circuit_breaker)),
             llm_limiter: LlmConcurrency::new(app.llm_call.max_concurrent_calls),
             loops: Arc::new(LoopTracker::new(app.loop_detection.max_tracked_threads)),
         }
@@ -60,6 +66,9 @@ pub struct ChainDeps {
     /// The `write_todos` tool `TodoMiddleware` adds in plan mode (default: the tools crate's
     /// [`WriteTodosTool`]; `None` when the run's tools already carry one).
     pub write_todos: Option<Arc<dyn Tool>>,
+    /// Where `DynamicContextMiddleware` reads the `<memory>` block (e.g. `fawn_memory::Memory`);
+    /// `None`: no memory injection.
+    pub memory: Option<Arc<dyn MemoryReader>>,
 }
 
 impl std::fmt::Debug for ChainDeps {
@@ -67,6 +76,7 @@ impl std::fmt::Debug for ChainDeps {
         f.debug_struct("ChainDeps")
             .field("shared", &self.shared)
             .field("write_todos", &self.write_todos.is_some())
+            .field("memory", &self.memory.is_some())
             .finish()
     }
 }
@@ -79,12 +89,19 @@ impl ChainDeps {
             settings,
             shared,
             write_todos: Some(Arc::new(WriteTodosTool::new())),
+            memory: None,
         }
     }
 
     /// Replaces (or, with `None`, removes) the tool plan mode adds.
     pub fn with_write_todos(mut self, tool: Option<Arc<dyn Tool>>) -> Self {
         self.write_todos = tool;
+        self
+    }
+
+    /// Memory injected into the first turn of each thread.
+    pub fn with_memory(mut self, memory: Arc<dyn MemoryReader>) -> Self {
+        self.memory = Some(memory);
         self
     }
 
@@ -101,7 +118,7 @@ impl ChainDeps {
         v.push(Arc::new(DanglingToolCallMiddleware::new()));
         v.push(Arc::new(LLMErrorHandlingMiddleware::new(
             app.llm_call.clone(),
-            self.shared.circuit.clone(),
+            self.shared.circuits.clone(),
             self.shared.llm_limiter.clone(),
         )));
         v.push(Arc::new(ToolErrorHandlingMiddleware::new()));
@@ -113,12 +130,15 @@ impl ChainDeps {
 /// middlewares Fawn does not have). Conditions: `summarization.enabled` →
 /// Summarization; `is_plan_mode` → Todo; memory enabled in `middleware` mode → Memory;
 /// `model_info.supports_vision` → ViewImage; `subagent_enabled` → SubagentLimit;
-/// `loop_detection.enabled` → LoopDetection. Clarification is always last.
+/// `loop_detection.enabled` → LoopDetection. DynamicContext injects memory only when
+/// `deps.memory` is set and `memory.enabled`/`injection_enabled` hold. Clarification is
+/// always last.
 ///
 /// Build a new chain per run: middlewares keep per-run state (queued reminders, counters).
 pub fn build_lead_chain(deps: &ChainDeps, options: &RunOptions, model_info: &ModelInfo) -> Chain {
     let app = &deps.settings.app;
     let mut v = deps.base(true);
+    v.push(Arc::new(DynamicContextMiddleware::new(deps.memory.clone())));
     if app.summarization.enabled {
         v.push(Arc::new(DeerFlowSummarizationMiddleware::new(
             app.summarization.clone(),
@@ -134,6 +154,7 @@ pub fn build_lead_chain(deps: &ChainDeps, options: &RunOptions, model_info: &Mod
     if model_info.supports_vision {
         v.push(Arc::new(ViewImageMiddleware::new()));
     }
+    v.push(Arc::new(SystemMessageCoalescingMiddleware::new()));
     if options.subagent_enabled {
         v.push(Arc::new(SubagentLimitMiddleware::new(
             options.max_concurrent_subagents,
@@ -151,8 +172,8 @@ pub fn build_lead_chain(deps: &ChainDeps, options: &RunOptions, model_info: &Mod
 }
 
 /// A subagent's chain (reference §1.2): the shared base without Uploads, then ViewImage
-/// (vision models), LoopDetection and Summarization. No Title, Memory, Todo, SubagentLimit or
-/// Clarification. `loop_key` names the subagent run in the loop-detection history (e.g.
+/// (vision models), LoopDetection, Summarization and SystemMessageCoalescing. No Title, Memory,
+/// Todo, SubagentLimit or Clarification. `loop_key` names the subagent run in the loop-detection history (e.g.
 /// `"{thread_id}:subagent:{task_id}"`) so it does not count towards the lead agent's loops.
 pub fn build_subagent_chain(deps: &ChainDeps, model_info: &ModelInfo, loop_key: &str) -> Chain {
     let app = &deps.settings.app;
@@ -171,5 +192,6 @@ pub fn build_subagent_chain(deps: &ChainDeps, model_info: &ModelInfo, loop_key: 
             app.summarization.clone(),
         )));
     }
+    v.push(Arc::new(SystemMessageCoalescingMiddleware::new()));
     Chain::new(v)
 }

@@ -4,12 +4,22 @@
 //! (`before_*` in list order, `after_*` in reverse, `wrap_*` nested with the first middleware
 //! outermost), the per-run [`RunContext`] the hooks see, and DeerFlow's built-in middlewares.
 //! Must never know about HTTP, SSE framing or storage: hooks return state updates and the
-//! agent applies, streams and checkpoints them.
+//! agent applies, streams and checkpoints them; thread files are only reached through the
+//! run's sandbox, memory only through the [`MemorySink`]/[`MemoryReader`] traits.
+//!
+//! For the agent: build one [`ChainDeps`] per process (it holds the process-wide
+//! [`SharedState`]: per-model circuit breakers, the model-call concurrency cap, the
+//! loop-detection history) and call [`build_lead_chain`] / [`build_subagent_chain`] for every
+//! run — middlewares keep per-run state. A model answer standing in for a failed call carries
+//! `additional_kwargs.deerflow_error_fallback` ([`error_fallback`]); the run then ends as
+//! `error`. Stop reasons (`loop_capped`, `subagent_limit_capped`) are set on
+//! [`RunContext::stop_reason`].
 
 pub mod builders;
 pub mod chain;
 pub mod clarification;
 pub mod dangling;
+pub mod dynamic_context;
 pub mod input_sanitization;
 pub mod llm_error;
 pub mod loop_detection;
@@ -17,6 +27,7 @@ pub mod memory;
 pub mod sandbox;
 pub mod subagent_limit;
 pub mod summarization;
+pub mod system_coalescing;
 pub mod thread_data;
 pub mod title;
 pub mod todo;
@@ -29,6 +40,7 @@ pub use builders::{ChainDeps, SharedState, build_lead_chain, build_subagent_chai
 pub use chain::{Chain, ModelCall, ToolCallHandler};
 pub use clarification::ClarificationMiddleware;
 pub use dangling::DanglingToolCallMiddleware;
+pub use dynamic_context::DynamicContextMiddleware;
 pub use input_sanitization::InputSanitizationMiddleware;
 pub use llm_error::{ErrorFallback, LLMErrorHandlingMiddleware, error_fallback};
 pub use loop_detection::LoopDetectionMiddleware;
@@ -36,6 +48,7 @@ pub use memory::MemoryMiddleware;
 pub use sandbox::SandboxMiddleware;
 pub use subagent_limit::SubagentLimitMiddleware;
 pub use summarization::DeerFlowSummarizationMiddleware;
+pub use system_coalescing::SystemMessageCoalescingMiddleware;
 pub use thread_data::ThreadDataMiddleware;
 pub use title::TitleMiddleware;
 pub use todo::TodoMiddleware;
@@ -46,7 +59,7 @@ pub use view_image::ViewImageMiddleware;
 use async_trait::async_trait;
 use fawn_config::Settings;
 use fawn_llm::{ChatModel, ChatRequest, LlmError, ModelRegistry, ToolSpec};
-pub use fawn_memory::MemorySink;
+pub use fawn_memory::{MemoryReader, MemorySink};
 use fawn_state::{EventSink, Message, StateUpdate, ThreadState, ToolCall};
 use fawn_tools::{SandboxSlot, Tool, ToolError};
 use serde_json::{Map, Value};

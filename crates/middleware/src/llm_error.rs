@@ -158,6 +158,43 @@ impl CircuitBreaker {
     }
 }
 
+/// One circuit breaker per model (by config name), created on first use: a provider that
+/// keeps failing does not fail-fast runs on other models.
+#[derive(Debug)]
+pub struct CircuitBreakers {
+    threshold: u32,
+    recovery: Duration,
+    by_model: Mutex<std::collections::HashMap<String, Arc<CircuitBreaker>>>,
+}
+
+impl CircuitBreakers {
+    pub fn new(failure_threshold: u32, recovery_timeout: Duration) -> Self {
+        CircuitBreakers {
+            threshold: failure_threshold,
+            recovery: recovery_timeout,
+            by_model: Mutex::new(std::collections::HashMap::new()),
+        }
+    }
+
+    pub fn from_config(c: &CircuitBreakerConfig) -> Self {
+        CircuitBreakers::new(
+            c.failure_threshold,
+            Duration::from_secs(c.recovery_timeout_sec),
+        )
+    }
+
+    /// The breaker of `model`.
+    pub fn get(&self, model: &str) -> Arc<CircuitBreaker> {
+        let mut g = match self.by_model.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        g.entry(model.to_string())
+            .or_insert_with(|| Arc::new(CircuitBreaker::new(self.threshold, self.recovery)))
+            .clone()
+    }
+}
+
 /// The process-wide cap on concurrent model calls (`llm_call.max_concurrent_calls`, 0 = no
 /// cap), fixed when the process starts.
 #[derive(Debug, Clone)]
@@ -352,7 +389,7 @@ fn fallback_message(text: String, error_type: &str, reason: &str, detail: &str) 
 
 pub struct LLMErrorHandlingMiddleware {
     config: LlmCallConfig,
-    circuit: Arc<CircuitBreaker>,
+    circuits: Arc<CircuitBreakers>,
     limiter: LlmConcurrency,
 }
 
@@ -367,12 +404,12 @@ impl std::fmt::Debug for LLMErrorHandlingMiddleware {
 impl LLMErrorHandlingMiddleware {
     pub fn new(
         config: LlmCallConfig,
-        circuit: Arc<CircuitBreaker>,
+        circuits: Arc<CircuitBreakers>,
         limiter: LlmConcurrency,
     ) -> Self {
         LLMErrorHandlingMiddleware {
             config,
-            circuit,
+            circuits,
             limiter,
         }
     }
@@ -413,7 +450,8 @@ impl Middleware for LLMErrorHandlingMiddleware {
         ctx: &RunContext,
         next: &dyn ModelCall,
     ) -> Result<ModelResponse, MiddlewareError> {
-        if self.circuit.is_open() {
+        let circuit = self.circuits.get(&request.model.info().name);
+        if circuit.is_open() {
             return Ok(ModelResponse {
                 message: fallback_message(
                     CIRCUIT_OPEN_TEXT.to_string(),
@@ -429,7 +467,7 @@ impl Middleware for LLMErrorHandlingMiddleware {
             let permit = tokio::select! {
                 p = self.limiter.acquire() => p,
                 _ = ctx.cancel.cancelled() => {
-                    self.circuit.release_probe();
+                    circuit.release_probe();
                     return Err(MiddlewareError::Cancelled);
                 }
             };
@@ -437,22 +475,22 @@ impl Middleware for LLMErrorHandlingMiddleware {
             drop(permit);
             let e = match result {
                 Ok(r) => {
-                    self.circuit.record_success();
+                    circuit.record_success();
                     return Ok(r);
                 }
                 Err(MiddlewareError::Llm(LlmError::Cancelled))
                 | Err(MiddlewareError::Cancelled) => {
-                    self.circuit.release_probe();
+                    circuit.release_probe();
                     return Err(MiddlewareError::Cancelled);
                 }
                 Err(MiddlewareError::Failed(f)) => {
-                    self.circuit.release_probe();
+                    circuit.release_probe();
                     return Err(MiddlewareError::Failed(f));
                 }
                 Err(MiddlewareError::Llm(e)) => e,
             };
             if ctx.cancel.is_cancelled() {
-                self.circuit.release_probe();
+                circuit.release_probe();
                 return Err(MiddlewareError::Cancelled);
             }
             let cls = classify(&e, self.config.retry_max_attempts);
@@ -487,7 +525,7 @@ impl Middleware for LLMErrorHandlingMiddleware {
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
                     _ = ctx.cancel.cancelled() => {
-                        self.circuit.release_probe();
+                        circuit.release_probe();
                         return Err(MiddlewareError::Cancelled);
                     }
                 }
@@ -496,9 +534,9 @@ impl Middleware for LLMErrorHandlingMiddleware {
             }
             tracing::warn!(attempt, reason = cls.reason, error = %e, "model call failed; answering with a fallback message");
             if cls.retriable {
-                self.circuit.record_failure();
+                circuit.record_failure();
             } else {
-                self.circuit.release_probe();
+                circuit.release_probe();
             }
             return Ok(ModelResponse {
                 message: fallback_message(

@@ -13,7 +13,9 @@ use crate::{
 };
 use async_trait::async_trait;
 use fawn_config::{ContextSize, ContextSizeKind, SummarizationConfig};
-use fawn_llm::{ChatModel, ChatRequest, estimate_message_tokens, estimate_text_tokens};
+use fawn_llm::{
+    ChatModel, ChatRequest, ModelRegistry, estimate_message_tokens, estimate_text_tokens,
+};
 use fawn_state::{Message, MessageKind, REMOVE_ALL_MESSAGES, StateUpdate, ThreadState};
 use serde_json::Value;
 use std::sync::Arc;
@@ -202,7 +204,8 @@ impl DeerFlowSummarizationMiddleware {
     async fn summarize(
         &self,
         prompt: String,
-        ctx: &RunContext,
+        run_model: &Arc<dyn ChatModel>,
+        models: &ModelRegistry,
     ) -> Result<String, fawn_llm::LlmError> {
         let request = ChatRequest {
             messages: vec![Message::human(prompt)],
@@ -212,7 +215,7 @@ impl DeerFlowSummarizationMiddleware {
             .config
             .model_name
             .as_deref()
-            .and_then(|n| ctx.models.get(n));
+            .and_then(|n| models.get(n));
         if let Some(model) = configured {
             match model.invoke(request.clone()).await {
                 Ok(m) => return Ok(m.text()),
@@ -221,8 +224,68 @@ impl DeerFlowSummarizationMiddleware {
                 }
             }
         }
-        ctx.model.invoke(request).await.map(|m| m.text())
+        run_model.invoke(request).await.map(|m| m.text())
     }
+
+    /// Compacts `state` when a trigger fires (or always, with `force`): the state update
+    /// (`messages = [RemoveMessage(REMOVE_ALL), *preserved]`, `summary_text`) and what it
+    /// did. `Ok(None)`: nothing to compact. The summary comes from `summarization.model_name`
+    /// when configured (falling back to `run_model` when it fails). Also used by the
+    /// gateway's manual compaction (`POST /api/threads/{id}/compact`).
+    pub async fn compact(
+        &self,
+        state: &ThreadState,
+        run_model: &Arc<dyn ChatModel>,
+        models: &ModelRegistry,
+        force: bool,
+    ) -> Result<Option<Compaction>, fawn_llm::LlmError> {
+        if state.messages.is_empty() {
+            return Ok(None);
+        }
+        let summary = state.summary_text.as_deref().filter(|s| !s.is_empty());
+        let window = run_model.info().context_window;
+        if !force {
+            let total = fawn_llm::estimate_tokens(&state.messages)
+                + summary.map(estimate_text_tokens).unwrap_or(0);
+            if !self.triggered(total, state.messages.len(), window) {
+                return Ok(None);
+            }
+        }
+        let Some(plan) = self.plan(&state.messages, window) else {
+            return Ok(None);
+        };
+        let prompt = self.prompt(&plan.to_summarize, summary);
+        let new_summary = self.summarize(prompt, run_model, models).await?;
+        let new_summary = new_summary.trim();
+        if new_summary.is_empty() {
+            return Err(fawn_llm::LlmError::Malformed {
+                message: "the summarization model returned an empty summary".into(),
+            });
+        }
+        let removed = plan.to_summarize.len();
+        let preserved = plan.preserved.len();
+        let mut messages = Vec::with_capacity(preserved + 1);
+        messages.push(Message::remove(REMOVE_ALL_MESSAGES));
+        messages.extend(plan.preserved);
+        Ok(Some(Compaction {
+            update: StateUpdate {
+                messages: Some(messages),
+                summary_text: Some(Some(new_summary.to_string())),
+                ..Default::default()
+            },
+            removed_message_count: removed,
+            preserved_message_count: preserved,
+        }))
+    }
+}
+
+/// The result of [`DeerFlowSummarizationMiddleware::compact`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Compaction {
+    /// `messages = [RemoveMessage(REMOVE_ALL), *preserved]`, `summary_text`.
+    pub update: StateUpdate,
+    pub removed_message_count: usize,
+    pub preserved_message_count: usize,
 }
 
 fn format_transcript(messages: &[Message]) -> String {
@@ -272,45 +335,25 @@ impl Middleware for DeerFlowSummarizationMiddleware {
         state: &ThreadState,
         ctx: &RunContext,
     ) -> Result<HookOutcome, MiddlewareError> {
-        if !self.config.enabled || state.messages.is_empty() {
+        if !self.config.enabled {
             return Ok(HookOutcome::none());
         }
-        let summary = state.summary_text.as_deref().filter(|s| !s.is_empty());
-        let total = fawn_llm::estimate_tokens(&state.messages)
-            + summary.map(estimate_text_tokens).unwrap_or(0);
-        let window = ctx.model.info().context_window;
-        if !self.triggered(total, state.messages.len(), window) {
-            return Ok(HookOutcome::none());
-        }
-        let Some(plan) = self.plan(&state.messages, window) else {
-            return Ok(HookOutcome::none());
-        };
-        let prompt = self.prompt(&plan.to_summarize, summary);
-        let new_summary = match self.summarize(prompt, ctx).await {
-            Ok(s) if !s.trim().is_empty() => s.trim().to_string(),
-            Ok(_) => {
-                tracing::warn!("summarization model returned an empty summary; history kept");
-                return Ok(HookOutcome::none());
+        match self.compact(state, &ctx.model, &ctx.models, false).await {
+            Ok(Some(c)) => {
+                tracing::info!(
+                    thread_id = %ctx.thread_id,
+                    summarized = c.removed_message_count,
+                    preserved = c.preserved_message_count,
+                    "conversation summarized"
+                );
+                Ok(HookOutcome::update(c.update))
             }
+            Ok(None) => Ok(HookOutcome::none()),
             Err(e) => {
                 tracing::warn!(error = %e, "summarization failed; history kept");
-                return Ok(HookOutcome::none());
+                Ok(HookOutcome::none())
             }
-        };
-        tracing::info!(
-            thread_id = %ctx.thread_id,
-            summarized = plan.to_summarize.len(),
-            preserved = plan.preserved.len(),
-            "conversation summarized"
-        );
-        let mut messages = Vec::with_capacity(plan.preserved.len() + 1);
-        messages.push(Message::remove(REMOVE_ALL_MESSAGES));
-        messages.extend(plan.preserved);
-        Ok(HookOutcome::update(StateUpdate {
-            messages: Some(messages),
-            summary_text: Some(Some(new_summary)),
-            ..Default::default()
-        }))
+        }
     }
 
     async fn wrap_model_call(

@@ -1,10 +1,15 @@
-//! `ThreadDataMiddleware` (`before_agent`): computes the thread's host directories into
+//! `ThreadDataMiddleware` (`before_agent`): records the thread's directories in
 //! `thread_data` (lazily: nothing is created here; the sandbox creates them on first use) and
 //! stamps the run's human message with `name = "user-input"`, `run_id` and `timestamp`.
+//!
+//! DeerFlow writes host paths there; state is readable through the API, so Fawn writes the
+//! agent-visible virtual paths (`/mnt/user-data/workspace`, …) instead and keeps host paths
+//! out of state (reference §14 allows omitting them). The ids are still validated the way
+//! the host layout `{home}/users/{user}/threads/{thread}` needs.
 
 use crate::{Hook, HookOutcome, Middleware, MiddlewareError, RunContext};
 use async_trait::async_trait;
-use fawn_sandbox::{ThreadPaths, valid_thread_id};
+use fawn_sandbox::{VIRTUAL_OUTPUTS, VIRTUAL_UPLOADS, VIRTUAL_WORKSPACE, valid_thread_id};
 use fawn_state::{MessageKind, StateUpdate, ThreadData, ThreadState};
 use serde_json::Value;
 
@@ -28,8 +33,8 @@ pub(crate) fn safe_user_id(user_id: &str) -> bool {
             .any(|c| c == '/' || c == '\\' || c == '\0' || c.is_control())
 }
 
-/// The thread's directories, or the error DeerFlow raises when the ids are unusable.
-pub(crate) fn thread_paths(ctx: &RunContext) -> Result<ThreadPaths, MiddlewareError> {
+/// Checks that the run's ids can name its directories (DeerFlow raises without a thread id).
+pub(crate) fn validate_ids(ctx: &RunContext) -> Result<(), MiddlewareError> {
     if ctx.thread_id.is_empty() {
         return Err(MiddlewareError::Failed(
             "Thread ID is required in runtime context or config.configurable".into(),
@@ -47,11 +52,7 @@ pub(crate) fn thread_paths(ctx: &RunContext) -> Result<ThreadPaths, MiddlewareEr
             ctx.user_id
         )));
     }
-    Ok(ThreadPaths::new(
-        &ctx.settings.home,
-        &ctx.user_id,
-        &ctx.thread_id,
-    ))
+    Ok(())
 }
 
 #[async_trait]
@@ -69,12 +70,12 @@ impl Middleware for ThreadDataMiddleware {
         state: &ThreadState,
         ctx: &RunContext,
     ) -> Result<HookOutcome, MiddlewareError> {
-        let paths = thread_paths(ctx)?;
+        validate_ids(ctx)?;
         let mut update = StateUpdate {
             thread_data: Some(Some(ThreadData {
-                workspace_path: Some(paths.workspace.to_string_lossy().into_owned()),
-                uploads_path: Some(paths.uploads.to_string_lossy().into_owned()),
-                outputs_path: Some(paths.outputs.to_string_lossy().into_owned()),
+                workspace_path: Some(VIRTUAL_WORKSPACE.to_string()),
+                uploads_path: Some(VIRTUAL_UPLOADS.to_string()),
+                outputs_path: Some(VIRTUAL_OUTPUTS.to_string()),
                 extra: Default::default(),
             })),
             ..Default::default()

@@ -2,17 +2,17 @@
 //! files in `additional_kwargs.files` (written by the frontend after an upload), a
 //! `<current_uploads>` block describing the files that really exist is prepended to it, and
 //! `uploaded_files` is set. The user's own text is kept in
-//! `additional_kwargs.original_user_content`. Historical uploads are not injected.
+//! `additional_kwargs.original_user_content`. Historical uploads are not injected. Files are
+//! checked and read through the run's sandbox, never directly.
 
 use crate::input_sanitization::neutralize_untrusted_tags;
-use crate::thread_data::thread_paths;
 use crate::{Hook, HookOutcome, Middleware, MiddlewareError, RunContext};
 use async_trait::async_trait;
-use fawn_sandbox::VIRTUAL_UPLOADS;
+use fawn_sandbox::{Sandbox, VIRTUAL_UPLOADS};
 use fawn_state::{Content, Message, MessageKind, StateUpdate, ThreadState};
 use serde_json::{Map, Value, json};
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
 
 /// At most this many files are described; the rest are summarised by extension.
 pub const MAX_FILES_IN_CONTEXT: usize = 10;
@@ -20,8 +20,8 @@ pub const MAX_FILES_IN_CONTEXT: usize = 10;
 const MAX_OUTLINE_ENTRIES: usize = 40;
 /// Lines shown when a text document has no headings.
 const MAX_PREVIEW_LINES: usize = 5;
-/// Bytes read from a document to build its outline or preview.
-const MAX_SCAN_BYTES: u64 = 512 * 1024;
+/// Largest document read to build its outline or preview.
+const MAX_SCAN_BYTES: u64 = 4 * 1024 * 1024;
 
 pub const ORIGINAL_USER_CONTENT_KEY: &str = "original_user_content";
 
@@ -103,19 +103,6 @@ fn is_text_like(ext: &str) -> bool {
     )
 }
 
-/// Reads up to [`MAX_SCAN_BYTES`] of a regular file (symlinks are not followed).
-fn read_prefix(path: &Path) -> Option<String> {
-    use std::io::Read;
-    let meta = std::fs::symlink_metadata(path).ok()?;
-    if !meta.is_file() {
-        return None;
-    }
-    let f = std::fs::File::open(path).ok()?;
-    let mut buf = Vec::new();
-    f.take(MAX_SCAN_BYTES).read_to_end(&mut buf).ok()?;
-    Some(String::from_utf8_lossy(&buf).into_owned())
-}
-
 /// Markdown headings as `(line number, title)`, and whether the list was cut.
 fn outline_of(text: &str) -> (Vec<(usize, String)>, bool) {
     let mut out = Vec::new();
@@ -152,15 +139,33 @@ fn preview_of(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// Which of the listed files exist, with their outlines (blocking: run off the event loop).
-fn scan(uploads_dir: &Path, listed: Vec<(String, u64)>) -> Vec<UploadEntry> {
+/// Reads a text document through the sandbox (`None` when missing, too large or binary).
+async fn read_text(sandbox: &dyn Sandbox, path: &str) -> Option<String> {
+    let bytes = sandbox.read_bytes(path, MAX_SCAN_BYTES).await.ok()?;
+    if bytes.contains(&0) {
+        return None;
+    }
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Which of the listed files exist in the uploads directory, with their outlines. Every
+/// access goes through the sandbox (confined, symlinks resolved beneath the thread root).
+async fn scan(sandbox: &dyn Sandbox, listed: Vec<(String, u64)>) -> Vec<UploadEntry> {
+    let present: HashSet<String> = match sandbox.list_dir(VIRTUAL_UPLOADS, 1).await {
+        Ok(entries) => entries
+            .iter()
+            .filter(|p| !p.ends_with('/'))
+            .filter_map(|p| p.strip_prefix(VIRTUAL_UPLOADS))
+            .map(|p| p.trim_start_matches('/').to_string())
+            .collect(),
+        Err(e) => {
+            tracing::info!(error = %e, "uploads directory not readable");
+            return Vec::new();
+        }
+    };
     let mut out = Vec::new();
     for (filename, size) in listed {
-        let path = uploads_dir.join(&filename);
-        let is_file = std::fs::symlink_metadata(&path)
-            .map(|m| m.is_file())
-            .unwrap_or(false);
-        if !is_file {
+        if !present.contains(&filename) {
             continue;
         }
         let extension = extension_of(&filename);
@@ -179,19 +184,19 @@ fn scan(uploads_dir: &Path, listed: Vec<(String, u64)>) -> Vec<UploadEntry> {
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
         let md_name = format!("{stem}.md");
-        let md_path: Option<PathBuf> = if !extension.eq_ignore_ascii_case(".md")
-            && !stem.is_empty()
-            && std::fs::symlink_metadata(uploads_dir.join(&md_name))
-                .map(|m| m.is_file())
-                .unwrap_or(false)
+        if !extension.eq_ignore_ascii_case(".md") && !stem.is_empty() && present.contains(&md_name)
         {
             entry.markdown_virtual_path = Some(format!("{VIRTUAL_UPLOADS}/{md_name}"));
-            Some(uploads_dir.join(&md_name))
-        } else {
-            None
+        }
+        let text_source = match &entry.markdown_virtual_path {
+            Some(md) => Some(md.clone()),
+            None => is_text_like(&extension).then(|| format!("{VIRTUAL_UPLOADS}/{filename}")),
         };
-        let text_source = md_path.or_else(|| is_text_like(&extension).then(|| path.clone()));
-        if let Some(text) = text_source.as_deref().and_then(read_prefix) {
+        let text = match &text_source {
+            Some(p) => read_text(sandbox, p).await,
+            None => None,
+        };
+        if let Some(text) = text {
             let (outline, truncated) = outline_of(&text);
             entry.outline_truncated = truncated;
             if outline.is_empty() {
@@ -366,10 +371,15 @@ impl Middleware for UploadsMiddleware {
         let Some(listed) = listed_files(last).filter(|l| !l.is_empty()) else {
             return Ok(empty_uploads());
         };
-        let uploads_dir = thread_paths(ctx)?.uploads;
-        let files = tokio::task::spawn_blocking(move || scan(&uploads_dir, listed))
-            .await
-            .map_err(|e| MiddlewareError::Failed(format!("uploads scan failed: {e}")))?;
+        // Only upload turns touch the sandbox (and acquire it if this run had not yet).
+        let sandbox = match ctx.sandbox.get().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(thread_id = %ctx.thread_id, error = %e, "sandbox unavailable; uploads not described");
+                return Ok(empty_uploads());
+            }
+        };
+        let files = scan(sandbox.as_ref(), listed).await;
         if files.is_empty() {
             tracing::info!(thread_id = %ctx.thread_id, "files were listed but none exist in the uploads directory");
             return Ok(empty_uploads());

@@ -55,8 +55,10 @@ pub enum BashMode {
     Unavailable(String),
 }
 
+/// How long a failed bubblewrap probe is trusted before trying again.
+const PROBE_RETRY: Duration = Duration::from_secs(60);
 /// Processes one sandboxed thread may have at once (its own uid; root mode only).
-pub(crate) const SANDBOX_NPROC: u32 = 256;
+pub(crate) const SANDBOX_NPROC: u32 = 512;
 /// Bytes of a stream kept when truncation is off.
 const CAPTURE_MAX_BYTES: usize = 10 * 1024 * 1024;
 /// How long host bash waits for pipes after the shell exits (background children may hold
@@ -107,6 +109,8 @@ pub(crate) struct Job {
     pub command: String,
     /// The command with virtual paths rewritten to host paths (host bash only).
     pub host_command: String,
+    /// Virtual roots a host-bash command may name (DeerFlow's best-effort path guard).
+    pub host_allowed: Vec<String>,
     pub binds: Vec<Bind>,
     /// Virtual directories to create (parents first) before binding.
     pub dirs: Vec<String>,
@@ -139,7 +143,8 @@ pub(crate) struct Runner {
     is_root: bool,
     system: Vec<SysEntry>,
     hidden: Vec<PathBuf>,
-    probe: tokio::sync::OnceCell<Result<(), String>>,
+    /// Last probe: success is kept for good, a failure for [`PROBE_RETRY`].
+    probe: tokio::sync::Mutex<Option<(std::time::Instant, Result<(), String>)>>,
 }
 
 fn is_executable(p: &Path) -> bool {
@@ -203,7 +208,7 @@ impl Runner {
             is_root: rustix::process::geteuid().is_root(),
             system,
             hidden,
-            probe: tokio::sync::OnceCell::new(),
+            probe: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -229,35 +234,18 @@ impl Runner {
                 BashMode::Unavailable(broken_bwrap_message(why))
             };
         }
-        let probe = self
-            .probe
-            .get_or_init(|| async {
-                let job = Job {
-                    command: "true".into(),
-                    host_command: String::new(),
-                    binds: Vec::new(),
-                    dirs: Vec::new(),
-                    host_workspace: PathBuf::new(),
-                    cwd: "/".into(),
-                    env: Vec::new(),
-                    timeout: Duration::from_secs(30),
-                    uid: self.is_root.then_some(65534),
-                    max_chars: 4000,
-                };
-                match self.run_sandboxed(&job).await {
-                    Ok(out) if out.exit_code == Some(0) => Ok(()),
-                    Ok(out) => {
-                        let detail = out.stderr.trim().to_string();
-                        Err(if detail.is_empty() {
-                            format!("exit code {:?}", out.exit_code)
-                        } else {
-                            detail
-                        })
-                    }
-                    Err(e) => Err(e.to_string()),
+        let probe = {
+            let mut last = self.probe.lock().await;
+            match &*last {
+                Some((_, Ok(()))) => Ok(()),
+                Some((at, Err(e))) if at.elapsed() < PROBE_RETRY => Err(e.clone()),
+                _ => {
+                    let r = self.probe_once().await;
+                    *last = Some((std::time::Instant::now(), r.clone()));
+                    r
                 }
-            })
-            .await;
+            }
+        };
         match probe {
             Ok(()) => BashMode::Sandboxed,
             Err(e) => {
@@ -265,9 +253,38 @@ impl Runner {
                 if self.allow_host {
                     BashMode::Host(format!("bubblewrap cannot create a sandbox here: {e}"))
                 } else {
-                    BashMode::Unavailable(broken_bwrap_message(e))
+                    BashMode::Unavailable(broken_bwrap_message(&e))
                 }
             }
+        }
+    }
+
+    /// Runs `true` in bubblewrap with the real namespace and privilege setup.
+    async fn probe_once(&self) -> Result<(), String> {
+        let job = Job {
+            command: "true".into(),
+            host_command: String::new(),
+            host_allowed: Vec::new(),
+            binds: Vec::new(),
+            dirs: Vec::new(),
+            host_workspace: PathBuf::new(),
+            cwd: "/".into(),
+            env: Vec::new(),
+            timeout: Duration::from_secs(30),
+            uid: self.is_root.then_some(65534),
+            max_chars: 4000,
+        };
+        match self.run_sandboxed(&job).await {
+            Ok(out) if out.exit_code == Some(0) => Ok(()),
+            Ok(out) => {
+                let detail = out.stderr.trim().to_string();
+                Err(if detail.is_empty() {
+                    format!("exit code {:?}", out.exit_code)
+                } else {
+                    detail
+                })
+            }
+            Err(e) => Err(e.to_string()),
         }
     }
 
@@ -275,7 +292,12 @@ impl Runner {
     pub async fn run(&self, job: &Job) -> Result<ExecOutput, SandboxError> {
         match self.mode().await {
             BashMode::Sandboxed => self.run_sandboxed(job).await,
-            BashMode::Host(_) => self.run_host(job).await,
+            BashMode::Host(_) => {
+                // Not a boundary (see `hostguard`); DeerFlow's behaviour for host bash.
+                crate::hostguard::check(&job.command, &job.host_allowed)
+                    .map_err(SandboxError::Invalid)?;
+                self.run_host(job).await
+            }
             BashMode::Unavailable(msg) => Err(SandboxError::Unavailable(msg)),
         }
     }
@@ -381,7 +403,7 @@ impl Runner {
             .kill_on_drop(true);
         let child = cmd
             .spawn()
-            .map_err(|e| SandboxError::Unavailable(broken_bwrap_message(&e.to_string())))?;
+            .map_err(|e| SandboxError::Io(format!("cannot start the sandbox: {e}")))?;
         collect(child, job.timeout, false, job.max_chars).await
     }
 

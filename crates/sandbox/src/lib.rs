@@ -16,6 +16,7 @@
 
 mod confined;
 mod exec;
+mod hostguard;
 pub mod local;
 pub mod mask;
 pub mod output;

@@ -49,8 +49,9 @@ const NOBODY: u32 = 65534;
 /// One enabled skill, shown read-only at `/mnt/skills/<subpath>`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SkillMount {
-    /// Relative virtual path under the skills root, e.g. `public/deep-research`; empty for a
-    /// directory mounted at the skills root itself.
+    /// Virtual path under the skills root, relative (`public/deep-research`) or absolute
+    /// (`/mnt/skills/public/deep-research`); empty for a directory mounted at the skills root
+    /// itself.
     pub subpath: String,
     pub host_dir: PathBuf,
 }
@@ -59,7 +60,8 @@ pub struct SkillMount {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SkillsView {
     pub enabled: Vec<SkillMount>,
-    /// Sub-paths (like `public/foo`) of skills that exist but are disabled.
+    /// Sub-paths (`public/foo`, or absolute `/mnt/skills/public/foo`) of skills that exist
+    /// but are disabled.
     pub disabled: Vec<String>,
 }
 
@@ -112,6 +114,8 @@ struct Shared {
     config: SandboxConfig,
     skills_root: String,
     skills_dir: PathBuf,
+    /// Whether `skills_dir` existed at startup (host bash rewrites `/mnt/skills` to it).
+    skills_dir_exists: bool,
     skills: RwLock<Arc<SkillsState>>,
     custom: Vec<Mount>,
     custom_masker: Masker,
@@ -160,6 +164,23 @@ fn overlaps(a: &str, b: &str) -> bool {
     vpath::is_under(a, b) || vpath::is_under(b, a)
 }
 
+/// A skill sub-path as given: relative (`public/a`) or absolute under the skills root
+/// (`/mnt/skills/public/a`), returned relative. `None` when absolute elsewhere.
+fn skill_subpath<'a>(sub: &'a str, skills_root: &str) -> Option<&'a str> {
+    let sub = if sub.len() > 1 {
+        sub.trim_end_matches('/')
+    } else {
+        sub
+    };
+    if sub.starts_with('/') {
+        if !vpath::is_under(sub, skills_root) {
+            return None;
+        }
+        return Some(sub[skills_root.len()..].trim_start_matches('/'));
+    }
+    Some(sub)
+}
+
 fn skill_mounts(
     view: &SkillsView,
     skills_root: &str,
@@ -167,19 +188,18 @@ fn skill_mounts(
     let mut mounts = Vec::new();
     let mut masker = Masker::new();
     for s in &view.enabled {
-        if !vpath::valid_subpath(&s.subpath) {
-            return Err(SandboxError::Invalid(format!(
-                "invalid skill sub-path: {:?}",
-                s.subpath
-            )));
-        }
+        let sub = skill_subpath(&s.subpath, skills_root)
+            .filter(|sub| vpath::valid_subpath(sub))
+            .ok_or_else(|| {
+                SandboxError::Invalid(format!("invalid skill sub-path: {:?}", s.subpath))
+            })?;
         if !s.host_dir.is_absolute() {
             return Err(SandboxError::Invalid(format!(
                 "skill directory must be absolute: {}",
                 s.subpath
             )));
         }
-        let virtual_root = vpath::join(skills_root, &s.subpath);
+        let virtual_root = vpath::join(skills_root, sub);
         if mounts
             .iter()
             .any(|m: &Mount| overlaps(&m.virtual_root, &virtual_root))
@@ -199,12 +219,12 @@ fn skill_mounts(
     }
     let mut disabled = Vec::new();
     for d in &view.disabled {
-        if d.is_empty() || !vpath::valid_subpath(d) {
-            return Err(SandboxError::Invalid(format!(
-                "invalid disabled skill sub-path: {d:?}"
-            )));
-        }
-        disabled.push(vpath::join(skills_root, d));
+        let sub = skill_subpath(d, skills_root)
+            .filter(|sub| !sub.is_empty() && vpath::valid_subpath(sub))
+            .ok_or_else(|| {
+                SandboxError::Invalid(format!("invalid disabled skill sub-path: {d:?}"))
+            })?;
+        disabled.push(vpath::join(skills_root, sub));
     }
     Ok((mounts, disabled, masker))
 }
@@ -345,6 +365,7 @@ impl LocalSandboxProvider {
                 config,
                 skills_root,
                 skills_dir: settings.skills_dir.clone(),
+                skills_dir_exists: settings.skills_dir.is_dir(),
                 skills: RwLock::new(Arc::new(SkillsState {
                     mounts,
                     disabled,
@@ -659,7 +680,7 @@ impl LocalSandbox {
             VIRTUAL_USER_DATA.to_string(),
             self.paths.user_data.to_string_lossy().into_owned(),
         )];
-        if self.shared.skills_dir.is_dir() {
+        if self.shared.skills_dir_exists {
             roots.push((
                 self.shared.skills_root.clone(),
                 self.shared.skills_dir.to_string_lossy().into_owned(),
@@ -680,9 +701,15 @@ impl LocalSandbox {
         // Parents before children, so each bind lands on an existing directory.
         binds.sort_by(|a, b| a.dest.cmp(&b.dest));
         let host_command = mask::rewrite_command(command, &roots);
+        let mut host_allowed = vec![
+            VIRTUAL_USER_DATA.to_string(),
+            self.shared.skills_root.clone(),
+        ];
+        host_allowed.extend(self.shared.custom.iter().map(|m| m.virtual_root.clone()));
         Ok(Job {
             command: command.to_string(),
             host_command,
+            host_allowed,
             binds,
             dirs,
             host_workspace: self.paths.workspace.clone(),

@@ -5,6 +5,9 @@
 //! `ask_clarification`, `write_todos`, `task`), web search/fetch, skills and MCP. Must never know
 //! about HTTP routes, storage or the middleware chain; tools see only a `ToolContext`.
 
+/// MCP servers as tools.
+pub mod mcp;
+
 pub mod args;
 pub mod builtins;
 pub mod registry;
@@ -19,6 +22,9 @@ use fawn_state::{Content, EventSink, Message, StateUpdate, ThreadState, UsageMet
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
+
+/// The sandbox tools (`bash`, `ls`, `read_file`, `write_file`, `str_replace`, `glob`, `grep`).
+pub mod sandbox_tools;
 
 /// The sandbox of one run, acquired on first use and shared by all its tool calls.
 pub struct SandboxSlot {

@@ -53,7 +53,7 @@ use serde_json::{Map, Value};
 use std::collections::HashSet;
 use std::sync::Arc;
 
-/// A sandbox tool (implemented in `crate::sandbox_tools`, the sandbox work).
+/// A sandbox tool (implemented in [`crate::sandbox_tools`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SandboxToolKind {
     Bash,
@@ -234,6 +234,16 @@ fn plan_entry(index: usize, t: &ToolConfig) -> Result<Planned, Vec<ConfigIssue>>
             })?,
         ToolImpl::Sandbox(_) => WebToolOptions::default(),
     };
+    if let ToolImpl::Sandbox(S::Glob | S::Grep) = imp
+        && let Some(v) = t.extra.get("max_results")
+        && !v.is_null()
+        && v.as_i64().is_none()
+    {
+        return Err(vec![ConfigIssue::new(
+            format!("{base}.max_results"),
+            format!("expected an integer, got {v}"),
+        )]);
+    }
     if let ToolImpl::WebSearch(W::Searxng) = imp
         && web.base_url.is_none()
     {
@@ -297,7 +307,8 @@ pub struct ToolSetup {
     /// `subagent_enabled`: the runner for `task` (its `available()` list becomes the
     /// `subagent_type` enum). `None`: no `task` tool.
     pub subagents: Option<Arc<dyn SubagentRunner>>,
-    /// `is_plan_mode`: adds `write_todos`.
+    /// Adds `write_todos` (plan mode). Leave it false when the middleware chain's
+    /// `TodoMiddleware` already contributes the tool; a duplicate would be dropped anyway.
     pub plan_mode: bool,
     /// `non_interactive`: removes `ask_clarification`.
     pub non_interactive: bool,
@@ -358,17 +369,15 @@ impl Tool for Renamed {
     }
 }
 
-/// Builds a sandbox tool. The implementations live in `crate::sandbox_tools` (the sandbox
-/// work); until that module exists this reports them as unavailable.
+/// Builds a sandbox tool from [`crate::sandbox_tools`], handing it the entry's extra keys
+/// (`max_results` for `glob`/`grep`).
 fn build_sandbox_tool(
     kind: SandboxToolKind,
-    _settings: &Settings,
-    _extra: &Map<String, Value>,
+    settings: &Settings,
+    extra: &Map<String, Value>,
 ) -> Result<Arc<dyn Tool>, String> {
-    Err(format!(
-        "the sandbox tool '{}' is not available in this build yet",
-        kind.tool_name()
-    ))
+    crate::sandbox_tools::sandbox_tool(kind.tool_name(), settings, extra)
+        .ok_or_else(|| format!("no sandbox tool named '{}'", kind.tool_name()))
 }
 
 impl ToolRegistry {

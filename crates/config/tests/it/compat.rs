@@ -305,3 +305,19 @@ database:
     assert_eq!(l.settings.app.tools.len(), 10);
     assert_eq!(l.settings.app.memory.shutdown_flush_timeout_seconds, 30);
 }
+
+#[test]
+fn yaml_11_booleans_stay_strings_where_strings_are_expected() {
+    let yaml = "models:\n  - name: n\n    use: langchain_openai:ChatOpenAI\n    model: y\n    api_key: k\n    supports_vision: yes\nsandbox:\n  allow_host_bash: on\n";
+    let loaded = fawn_config::load_str(
+        yaml,
+        None,
+        &fawn_config::LoadOptions::with_vars("/tmp", Vec::<(String, String)>::new()),
+    )
+    .expect("loads");
+    let m = &loaded.settings.app.models[0];
+    assert_eq!(m.name, "n");
+    assert_eq!(m.model.as_deref(), Some("y"));
+    assert!(m.supports_vision);
+    assert!(loaded.settings.app.sandbox.allow_host_bash);
+}

@@ -172,10 +172,11 @@ fn home_and_skills_dirs() {
         "conf2/config.yaml",
         "skills:\n  container_path: /mnt/skills\n",
     );
+    // Without skills.path: the skills/ directory next to the config file.
     let s = load(&LoadOptions::with_vars(d, Vec::<(&str, &str)>::new()).config_path(&cfg2))
         .unwrap()
         .settings;
-    assert_eq!(s.skills_dir, d.join("skills"));
+    assert_eq!(s.skills_dir, d.join("conf2").join("skills"));
     let s = load(
         &LoadOptions::with_vars(d, [("DEER_FLOW_SKILLS_PATH", "/opt/skills")]).config_path(&cfg2),
     )

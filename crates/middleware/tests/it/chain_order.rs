@@ -28,8 +28,10 @@ fn lead_chain_default_options() {
             "DanglingToolCallMiddleware",
             "LLMErrorHandlingMiddleware",
             "ToolErrorHandlingMiddleware",
+            "DynamicContextMiddleware",
             "TitleMiddleware",
             "MemoryMiddleware",
+            "SystemMessageCoalescingMiddleware",
             "LoopDetectionMiddleware",
             "ClarificationMiddleware",
         ]
@@ -59,11 +61,13 @@ fn lead_chain_everything_on() {
             "DanglingToolCallMiddleware",
             "LLMErrorHandlingMiddleware",
             "ToolErrorHandlingMiddleware",
+            "DynamicContextMiddleware",
             "DeerFlowSummarizationMiddleware",
             "TodoMiddleware",
             "TitleMiddleware",
             "MemoryMiddleware",
             "ViewImageMiddleware",
+            "SystemMessageCoalescingMiddleware",
             "SubagentLimitMiddleware",
             "LoopDetectionMiddleware",
             "ClarificationMiddleware",
@@ -113,6 +117,7 @@ fn subagent_chain() {
             "ViewImageMiddleware",
             "LoopDetectionMiddleware",
             "DeerFlowSummarizationMiddleware",
+            "SystemMessageCoalescingMiddleware",
         ]
     );
 }
@@ -144,6 +149,7 @@ fn hook_order() {
             "ThreadDataMiddleware",
             "UploadsMiddleware",
             "SandboxMiddleware",
+            "DynamicContextMiddleware",
             "TodoMiddleware",
             "LoopDetectionMiddleware"
         ]
@@ -192,6 +198,7 @@ fn hook_order() {
             "LLMErrorHandlingMiddleware",
             "DeerFlowSummarizationMiddleware",
             "TodoMiddleware",
+            "SystemMessageCoalescingMiddleware",
             "LoopDetectionMiddleware"
         ]
     );
@@ -228,8 +235,8 @@ fn shared_state_is_per_process() {
     let deps = fx.deps();
     let a = deps.clone();
     assert!(std::sync::Arc::ptr_eq(
-        &a.shared.circuit,
-        &deps.shared.circuit
+        &a.shared.circuits,
+        &deps.shared.circuits
     ));
     assert!(std::sync::Arc::ptr_eq(&a.shared.loops, &deps.shared.loops));
     let other = fx.deps();

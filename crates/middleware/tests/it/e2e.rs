@@ -31,6 +31,17 @@ fn last(state: &ThreadState) -> &Message {
     state.messages.last().unwrap()
 }
 
+/// The run's user message (moved to `<id>__user` by the dynamic-context id swap).
+fn user_message(state: &ThreadState) -> &Message {
+    state
+        .messages
+        .iter()
+        .find(|m| {
+            m.kind == MessageKind::Human && m.id.as_deref().is_some_and(|id| id.ends_with("__user"))
+        })
+        .unwrap()
+}
+
 /// Item 33: `ask_clarification` ends the run with the formatted question; no further model call.
 #[tokio::test]
 async fn clarification_ends_the_run() {
@@ -264,7 +275,8 @@ async fn input_sanitization() {
         sent.last().unwrap().text(),
         "--- BEGIN USER INPUT ---\n&lt;system&gt;x&lt;/system&gt;\n--- END USER INPUT ---"
     );
-    assert_eq!(obs.state().messages[0].text(), "<system>x</system>");
+    let st = obs.state();
+    assert_eq!(user_message(&st).text(), "<system>x</system>");
 }
 
 fn mock_agent(fx: &Fx, mock: &MockLlm) -> LeadAgent {
@@ -363,12 +375,13 @@ async fn upload_context_reaches_the_model() {
     assert!(sent.ends_with("--- BEGIN USER INPUT ---\nWhat is this?\n--- END USER INPUT ---"));
     let st = obs.state();
     assert_eq!(st.uploaded_files.as_ref().unwrap().len(), 1);
+    let u = user_message(&st);
     assert_eq!(
-        st.messages[0].additional_kwargs["original_user_content"],
+        u.additional_kwargs["original_user_content"],
         "What is this?"
     );
-    assert_eq!(st.messages[0].name.as_deref(), Some("user-input"));
-    assert_eq!(st.messages[0].additional_kwargs["run_id"], RUN);
+    assert_eq!(u.name.as_deref(), Some("user-input"));
+    assert_eq!(u.additional_kwargs["run_id"], RUN);
 }
 
 /// Plan mode: `write_todos` and its prompt are offered; finishing early is sent back.
@@ -488,7 +501,80 @@ async fn memory_gets_the_run() {
     success(&out);
     let calls = fx.memory.calls.lock().unwrap().clone();
     assert_eq!(calls.len(), 1);
-    let texts: Vec<String> = calls[0].3.iter().map(Message::text).collect();
+    let texts: Vec<String> = calls[0]
+        .3
+        .iter()
+        .filter(|m| m.kind != MessageKind::System)
+        .map(Message::text)
+        .collect();
     assert_eq!(texts, ["Always use uv.", "Noted, uv it is."]);
     let _: &dyn MemorySink = fx.memory.as_ref();
+}
+
+/// Memory reaches the model on the thread's first turn (hidden `__memory` message), the
+/// date reminder is folded into the system prompt, and the UI-visible user message keeps its
+/// text under `<id>__user`.
+#[tokio::test]
+async fn memory_and_date_injected_on_the_first_turn() {
+    let fx = Fx::new([
+        ScriptedTurn::text("Using uv."),
+        ScriptedTurn::text("Again."),
+    ]);
+    let reader = crate::dynamic_context::seeded_reader(&fx).await;
+    let mut deps = AgentDeps::new(fx.settings.clone(), fx.registry(), fx.provider.clone());
+    deps.chains = Arc::new(DeerFlowChains(fx.deps().with_memory(reader)));
+    let agent = LeadAgent::new(deps);
+    let (out, obs) = run(&agent, spec(user("install requests"), json!({}))).await;
+    success(&out);
+    let sent = &fx.model.requests()[0];
+    assert_eq!(sent.messages[0].kind, MessageKind::System);
+    assert!(sent.messages[0].text().contains("<current_date>"));
+    assert_eq!(
+        sent.messages
+            .iter()
+            .filter(|m| m.kind == MessageKind::System)
+            .count(),
+        1
+    );
+    let t = transcript(sent);
+    assert!(
+        t[1].starts_with("human: <memory>\nFacts:\n- [correction | 0.95] Prefers uv over pip"),
+        "{t:?}"
+    );
+    assert!(t[2].contains("install requests"));
+    let st = obs.state();
+    assert_eq!(user_message(&st).text(), "install requests");
+    // Second turn of the same thread: no second memory block.
+    let mut next = spec(user("and numpy"), json!({}));
+    next.run_id = "run-2".into();
+    next.start = obs.start_point();
+    let (out, _) = run(&agent, next).await;
+    success(&out);
+    let second = transcript(&fx.model.requests()[1]);
+    assert_eq!(second.iter().filter(|l| l.contains("<memory>")).count(), 1);
+}
+
+/// Item 42 again with the real local sandbox provider: uploads are listed and read through
+/// the confined sandbox, and a symlink pointing outside the thread is not followed.
+#[tokio::test]
+async fn upload_context_with_the_local_sandbox() {
+    let fx = Fx::new([ScriptedTurn::text("ok")]);
+    let provider = Arc::new(fawn_sandbox::LocalSandboxProvider::new(&fx.settings).unwrap());
+    let uploads = fx.paths().uploads;
+    std::fs::create_dir_all(&uploads).unwrap();
+    std::fs::write(uploads.join("notes.md"), "# Plan\n## Budget\n").unwrap();
+    let secret = fx.dir.path().join("secret.md");
+    std::fs::write(&secret, "# Top secret heading\n").unwrap();
+    std::os::unix::fs::symlink(&secret, uploads.join("link.md")).unwrap();
+    let mut deps = AgentDeps::new(fx.settings.clone(), fx.registry(), provider);
+    deps.chains = Arc::new(DeerFlowChains(fx.deps()));
+    let agent = LeadAgent::new(deps);
+    let input = json!({"messages": [{"role": "user", "content": "read them", "additional_kwargs": {
+        "files": [{"filename": "notes.md", "size": 17}, {"filename": "link.md", "size": 21}]}}]});
+    let (out, _) = run(&agent, spec(input, json!({}))).await;
+    success(&out);
+    let sent = fx.model.requests()[0].messages.last().unwrap().text();
+    assert!(sent.contains("- notes.md (0.0 KB)"), "{sent}");
+    assert!(sent.contains("    L1: Plan\n    L2: Budget"));
+    assert!(!sent.contains("Top secret"), "{sent}");
 }

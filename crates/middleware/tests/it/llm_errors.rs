@@ -2,13 +2,12 @@ use crate::support::*;
 use async_trait::async_trait;
 use fawn_llm::LlmError;
 use fawn_llm::scripted::ScriptedTurn;
-use fawn_middleware::llm_error::{CIRCUIT_OPEN_TEXT, CircuitBreaker, LlmConcurrency};
+use fawn_middleware::llm_error::{CIRCUIT_OPEN_TEXT, CircuitBreakers, LlmConcurrency};
 use fawn_middleware::{
     LLMErrorHandlingMiddleware, Middleware, MiddlewareError, ModelCall, ModelRequest,
     ModelResponse, error_fallback,
 };
 use fawn_state::{Message, ThreadState};
-use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -24,7 +23,7 @@ fn mw(fx: &Fx) -> LLMErrorHandlingMiddleware {
     let deps = fx.deps();
     LLMErrorHandlingMiddleware::new(
         fx.settings.app.llm_call.clone(),
-        deps.shared.circuit.clone(),
+        deps.shared.circuits.clone(),
         deps.shared.llm_limiter.clone(),
     )
 }
@@ -176,6 +175,22 @@ async fn circuit_breaker_opens_after_repeated_failures() {
     );
     // Fail-fast: the model was not called a third time.
     assert_eq!(fx.model.requests().len(), 2);
+    // Another model has its own breaker.
+    let other = Arc::new(
+        fawn_llm::scripted::ScriptedModel::new([ScriptedTurn::text("fine")]).with_info(
+            fawn_llm::ModelInfo {
+                name: "other".into(),
+                ..Default::default()
+            },
+        ),
+    );
+    let mut req = fx.request(vec![Message::human("hi")]);
+    req.model = other.clone();
+    let r = m
+        .wrap_model_call(req, &ThreadState::default(), &fx.ctx(), &Invoke)
+        .await
+        .unwrap();
+    assert_eq!(r.message.text(), "fine");
 }
 
 #[tokio::test]
@@ -228,7 +243,7 @@ async fn process_wide_concurrency_cap() {
     let fx = Fx::new([]);
     let m = Arc::new(LLMErrorHandlingMiddleware::new(
         fx.settings.app.llm_call.clone(),
-        Arc::new(CircuitBreaker::new(5, Duration::from_secs(60))),
+        Arc::new(CircuitBreakers::new(5, Duration::from_secs(60))),
         LlmConcurrency::new(1),
     ));
     let slow = Arc::new(Slow {
@@ -248,5 +263,4 @@ async fn process_wide_concurrency_cap() {
         t.await.unwrap();
     }
     assert_eq!(slow.max.load(Ordering::SeqCst), 1);
-    let _ = json!(null);
 }

@@ -8,6 +8,7 @@ mod support;
 mod chain_order;
 mod clarification;
 mod dangling;
+mod dynamic_context;
 mod e2e;
 mod llm_errors;
 mod loop_detection;

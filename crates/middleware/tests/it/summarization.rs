@@ -205,3 +205,39 @@ async fn summary_is_projected_into_every_request() {
     // The state itself never holds the projection.
     assert_eq!(st.messages.len(), 1);
 }
+
+/// Manual compaction (`POST /api/threads/{id}/compact {force: true}`) ignores the triggers.
+#[tokio::test]
+async fn forced_compaction_reports_counts() {
+    let fx = Fx::new([ScriptedTurn::text("S")]);
+    let mw = DeerFlowSummarizationMiddleware::new(config(
+        vec![size(ContextSizeKind::Messages, 1000.0)],
+        size(ContextSizeKind::Messages, 2.0),
+    ));
+    let st = history();
+    let model: Arc<dyn fawn_llm::ChatModel> = fx.model.clone();
+    assert!(
+        mw.compact(&st, &model, &fx.registry(), false)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let c = mw
+        .compact(&st, &model, &fx.registry(), true)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((c.removed_message_count, c.preserved_message_count), (4, 4));
+    assert_eq!(c.update.summary_text, Some(Some("S".into())));
+    // Nothing older than the kept part: nothing to do.
+    let short = state_of(vec![
+        Message::human("hi").with_id("h"),
+        Message::ai("yo").with_id("a"),
+    ]);
+    assert!(
+        mw.compact(&short, &model, &fx.registry(), true)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}

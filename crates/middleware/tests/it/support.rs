@@ -89,8 +89,24 @@ impl Sandbox for DirSandbox {
             .await
             .map_err(|e| SandboxError::Io(e.to_string()))
     }
-    async fn list_dir(&self, _: &str, _: usize) -> Result<Vec<String>, SandboxError> {
-        Err(SandboxError::Unavailable("not in tests".into()))
+    /// One level only (what the middlewares use).
+    async fn list_dir(&self, path: &str, _: usize) -> Result<Vec<String>, SandboxError> {
+        let dir = self.host(path)?;
+        let mut rd = tokio::fs::read_dir(&dir)
+            .await
+            .map_err(|_| SandboxError::NotFound(path.into()))?;
+        let mut out = Vec::new();
+        while let Ok(Some(e)) = rd.next_entry().await {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let is_dir = e.file_type().await.map(|t| t.is_dir()).unwrap_or(false);
+            out.push(format!(
+                "{}/{name}{}",
+                path.trim_end_matches('/'),
+                if is_dir { "/" } else { "" }
+            ));
+        }
+        out.sort();
+        Ok(out)
     }
     async fn glob(
         &self,

@@ -121,19 +121,14 @@ async fn thread_data_paths_and_stamp() {
         .update
         .unwrap();
     let td = u.thread_data.unwrap().unwrap();
-    let p = fx.paths();
+    // Virtual paths: no host path ever reaches the state.
     assert_eq!(
         td.workspace_path.as_deref(),
-        Some(p.workspace.to_str().unwrap())
+        Some("/mnt/user-data/workspace")
     );
-    assert_eq!(
-        td.uploads_path.as_deref(),
-        Some(p.uploads.to_str().unwrap())
-    );
-    assert_eq!(
-        td.outputs_path.as_deref(),
-        Some(p.outputs.to_str().unwrap())
-    );
+    assert_eq!(td.uploads_path.as_deref(), Some("/mnt/user-data/uploads"));
+    assert_eq!(td.outputs_path.as_deref(), Some("/mnt/user-data/outputs"));
+    let p = fx.paths();
     // Lazy: nothing created.
     assert!(!p.thread_dir.exists());
     let m = &u.messages.unwrap()[0];

@@ -255,7 +255,7 @@ async fn fork_bomb_is_contained() {
         );
         // The cap held: never more than the per-thread limit (checked from inside).
         let out = run(&sb, "ulimit -u").await;
-        assert_eq!(out.stdout.trim(), "256");
+        assert_eq!(out.stdout.trim(), "512");
     }
     // The sandbox still works afterwards, and so does another thread's.
     assert_eq!(run(&sb, "echo alive").await.stdout, "alive\n");
@@ -386,15 +386,36 @@ async fn host_bash_only_when_explicitly_allowed() {
     });
     assert!(matches!(e.provider.bash_mode().await, BashMode::Host(_)));
     let sb = e.sandbox("t1").await;
-    let out = run(&sb, "pwd; echo data > /mnt/user-data/outputs/h.txt; cat /mnt/user-data/outputs/h.txt; echo /mnt/user-data-backup").await;
+    let out = run(&sb, "pwd; echo data > /mnt/user-data/outputs/h.txt; cat /mnt/user-data/outputs/h.txt; echo https://example.com/api/v1; ls /dev/null").await;
     assert_eq!(
-        out.stdout, "/mnt/user-data/workspace\ndata\n/mnt/user-data-backup\n",
+        out.stdout, "/mnt/user-data/workspace\ndata\nhttps://example.com/api/v1\n/dev/null\n",
         "{out:?}"
     );
     assert_eq!(
         std::fs::read_to_string(sb.paths().outputs.join("h.txt")).unwrap(),
         "data\n"
     );
+    // DeerFlow's best-effort path guard (§11.1 item 28); not a boundary.
+    for (cmd, want) in [
+        (
+            "cat /etc/passwd",
+            "Unsafe absolute paths in command: /etc/passwd",
+        ),
+        (
+            "cat file:///etc/passwd",
+            "Unsafe file:// URL in command: file:///etc/passwd",
+        ),
+        ("cd .. && ls", "Access denied: path traversal detected"),
+        (
+            "ls /mnt/user-data-backup",
+            "Unsafe absolute paths in command: /mnt/user-data-backup",
+        ),
+    ] {
+        match sb.execute(cmd, ExecOptions::default()).await {
+            Err(SandboxError::Invalid(m)) => assert!(m.starts_with(want), "{cmd}: {m}"),
+            other => panic!("{cmd}: {other:?}"),
+        }
+    }
     // Timeouts still kill the whole group.
     let m = format!("6{}", std::process::id());
     let out = run_t(&sb, &format!("sleep {m}1 & sleep {m}2"), 1).await;
@@ -403,5 +424,62 @@ async fn host_bash_only_when_explicitly_allowed() {
         eventually(Duration::from_secs(5), || processes_with(&m).is_empty()).await,
         "left behind: {:?}",
         processes_with(&m)
+    );
+}
+
+#[tokio::test]
+async fn custom_mounts_inside_bash() {
+    let dir = tempfile::tempdir().unwrap();
+    let ro = dir.path().join("ro");
+    let rw = dir.path().join("rw");
+    std::fs::create_dir_all(&ro).unwrap();
+    std::fs::create_dir_all(&rw).unwrap();
+    std::fs::write(ro.join("data.csv"), "a,b\n").unwrap();
+    // The sandboxed uid must be able to write the read-write mount.
+    std::process::Command::new("chmod")
+        .arg("0777")
+        .arg(&rw)
+        .status()
+        .unwrap();
+    let e = env_with(|s, _| {
+        s.app.sandbox.mounts = vec![
+            fawn_config::MountConfig {
+                host_path: ro.to_string_lossy().into(),
+                container_path: "/mnt/data".into(),
+                read_only: true,
+            },
+            fawn_config::MountConfig {
+                host_path: rw.to_string_lossy().into(),
+                container_path: "/mnt/scratch".into(),
+                read_only: false,
+            },
+        ];
+    });
+    let sb = e.sandbox("t1").await;
+    let out = run(&sb, "cat /mnt/data/data.csv; echo x > /mnt/data/new 2>/dev/null || echo ro-refused; echo y > /mnt/scratch/y.txt && echo rw-ok").await;
+    assert_eq!(out.stdout, "a,b\nro-refused\nrw-ok\n", "{out:?}");
+    assert!(!ro.join("new").exists());
+    assert_eq!(std::fs::read_to_string(rw.join("y.txt")).unwrap(), "y\n");
+    let host = ro.join("data.csv").to_string_lossy().into_owned();
+    assert_eq!(sb.mask(&host), "/mnt/data/data.csv");
+}
+
+#[tokio::test]
+async fn broken_bubblewrap_refuses_bash() {
+    // An executable that exits non-zero stands in for a bwrap that cannot create namespaces.
+    let e = env_with(|_, o| o.bwrap_path = Some("/bin/false".into()));
+    let sb = e.sandbox("t1").await;
+    match sb.execute("echo hi", ExecOptions::default()).await {
+        Err(SandboxError::Unavailable(m)) => {
+            assert!(m.contains("cannot create a sandbox"), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let e = env_with(|s, o| {
+        o.bwrap_path = Some("/bin/false".into());
+        s.app.sandbox.allow_host_bash = true;
+    });
+    assert!(
+        matches!(e.provider.bash_mode().await, BashMode::Host(m) if m.contains("cannot create a sandbox"))
     );
 }

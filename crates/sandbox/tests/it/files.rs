@@ -375,11 +375,11 @@ async fn skills_are_read_only_and_only_enabled_ones_show() {
                     host_dir: skills.join("public/a"),
                 },
                 SkillMount {
-                    subpath: "custom/c".into(),
+                    subpath: "/mnt/skills/custom/c".into(),
                     host_dir: skills.join("custom/c"),
                 },
             ],
-            disabled: vec!["public/off".into()],
+            disabled: vec!["/mnt/skills/public/off".into()],
         })
         .await
         .unwrap();
@@ -458,7 +458,7 @@ async fn skills_are_read_only_and_only_enabled_ones_show() {
         "at /mnt/skills/public/a/SKILL.md"
     );
     // Bad views are refused.
-    for bad in ["../x", "/abs", "a//b"] {
+    for bad in ["../x", "/abs", "a//b", "/mnt/skills/../x"] {
         let v = SkillsView {
             enabled: vec![SkillMount {
                 subpath: bad.into(),

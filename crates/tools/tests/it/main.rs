@@ -2,7 +2,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod builtins;
+mod mcp;
 mod registry;
+mod sandbox_tools;
 mod sandboxed;
 mod skills;
 mod support;

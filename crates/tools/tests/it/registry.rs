@@ -225,6 +225,95 @@ async fn the_web_section_turns_the_guard_on_by_default() {
     assert!(text(&out).starts_with("Error: Refusing to fetch http://127.0.0.1:9/"));
 }
 
+/// DeerFlow's default tool list, as shipped in `config.example.yaml`.
+const DEERFLOW_TOOLS: &str = r#"
+tool_groups: [{name: web}, {name: "file:read"}, {name: "file:write"}, {name: bash}]
+tools:
+  - {name: web_search, group: web, use: deerflow.community.ddg_search.tools:web_search_tool, max_results: 5}
+  - {name: web_fetch, group: web, use: deerflow.community.jina_ai.tools:web_fetch_tool, timeout: 10}
+  - {name: ls, group: "file:read", use: deerflow.sandbox.tools:ls_tool}
+  - {name: read_file, group: "file:read", use: deerflow.sandbox.tools:read_file_tool}
+  - {name: glob, group: "file:read", use: deerflow.sandbox.tools:glob_tool, max_results: 2}
+  - {name: grep, group: "file:read", use: deerflow.sandbox.tools:grep_tool, max_results: 100}
+  - {name: write_file, group: "file:write", use: deerflow.sandbox.tools:write_file_tool}
+  - {name: str_replace, group: "file:write", use: deerflow.sandbox.tools:str_replace_tool}
+  - {name: bash, group: bash, use: deerflow.sandbox.tools:bash_tool}
+"#;
+
+#[tokio::test]
+async fn deerflow_default_tools_build_and_sandbox_options_arrive() {
+    let h = Harness::new().await;
+    let s = settings_from_yaml(DEERFLOW_TOOLS, h.dir.path());
+    assert!(validate_tool_config(&s.app).is_empty());
+    let reg = ToolRegistry::from_settings(&s).unwrap();
+    let with_bash = reg.assemble(&ToolSetup {
+        bash_available: true,
+        ..Default::default()
+    });
+    assert_eq!(
+        names(&with_bash),
+        vec![
+            "web_search",
+            "web_fetch",
+            "ls",
+            "read_file",
+            "glob",
+            "grep",
+            "write_file",
+            "str_replace",
+            "bash",
+            "present_files",
+            "ask_clarification"
+        ]
+    );
+    let without = reg.assemble(&ToolSetup::default());
+    assert!(!names(&without).contains(&"bash".to_string()));
+    let readers = reg.assemble(&ToolSetup {
+        groups: Some(vec!["file:read".into()]),
+        bash_available: true,
+        ..Default::default()
+    });
+    assert_eq!(
+        names(&readers),
+        vec![
+            "ls",
+            "read_file",
+            "glob",
+            "grep",
+            "present_files",
+            "ask_clarification"
+        ]
+    );
+
+    // `max_results: 2` of the glob entry caps what glob returns.
+    for f in ["a.md", "b.md", "c.md"] {
+        h.write(&format!("workspace/{f}"), b"x");
+    }
+    let glob = with_bash.iter().find(|t| t.name() == "glob").unwrap();
+    let out = glob
+        .call(
+            args(json!({"description": "find", "pattern": "*.md", "path": "/mnt/user-data/workspace"})),
+            &h.ctx,
+        )
+        .await
+        .unwrap();
+    assert!(
+        text(&out).starts_with("Found 2 paths under /mnt/user-data/workspace (showing first 2)"),
+        "{}",
+        text(&out)
+    );
+
+    let bad = settings_from_yaml(
+        "tools:\n  - {name: glob, use: deerflow.sandbox.tools:glob_tool, max_results: many}\n",
+        h.dir.path(),
+    );
+    let issues = validate_tool_config(&bad.app);
+    assert_eq!(
+        issues.iter().map(|i| i.to_string()).collect::<Vec<_>>(),
+        vec!["tools[0].max_results: expected an integer, got \"many\"".to_string()]
+    );
+}
+
 #[test]
 fn assembly_order_and_switches() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,0 +1,3 @@
+//! The `fawn` binary as a user runs it.
+
+mod check_config;
