@@ -11,7 +11,8 @@
 //! into the writes before they are stored).
 
 use crate::cache::Accounting;
-use fawn_state::{StateUpdate, ThreadState};
+use fawn_state::state::CLEAR_VIEWED_IMAGES_KEY;
+use fawn_state::{MessageKind, StateUpdate, ThreadState};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -56,6 +57,56 @@ fn decode_updates(text: &str) -> Result<Vec<StateUpdate>, String> {
             StateUpdate::from_value(v).map_err(|e| format!("write of node {node}: {e}"))
         })
         .collect()
+}
+
+/// Whether a stored write can be folded into the writes before it (`StateUpdate::merge`)
+/// without changing the result: everything except `RemoveMessage`s and clearing
+/// `viewed_images`, the cases `merge` documents as not expressible in one write.
+fn mergeable(w: &StateUpdate) -> bool {
+    let removes = w
+        .messages
+        .as_ref()
+        .is_some_and(|msgs| msgs.iter().any(|m| m.kind == MessageKind::Remove));
+    let clears_images = w
+        .viewed_images
+        .as_ref()
+        .is_some_and(|v| v.is_empty() || v.contains_key(CLEAR_VIEWED_IMAGES_KEY));
+    !removes && !clears_images
+}
+
+/// Applies runs of steps as one write where that is exact, so replaying k deltas over n
+/// messages costs O(n + k) instead of k passes over the message list.
+struct Replayer {
+    state: ThreadState,
+    pending: Option<StateUpdate>,
+}
+
+impl Replayer {
+    fn push(&mut self, mut updates: Vec<StateUpdate>) -> Result<(), String> {
+        if updates.iter().all(mergeable) {
+            for u in updates {
+                match &mut self.pending {
+                    Some(p) => p.merge(u),
+                    None => self.pending = Some(u),
+                }
+            }
+            Ok(())
+        } else {
+            self.flush()?;
+            self.state
+                .apply_writes(&mut updates)
+                .map_err(|e| format!("replaying its writes failed: {e}"))
+        }
+    }
+
+    fn flush(&mut self) -> Result<(), String> {
+        if let Some(p) = self.pending.take() {
+            self.state
+                .apply_writes(&mut [p])
+                .map_err(|e| format!("replaying merged writes failed: {e}"))?;
+        }
+        Ok(())
+    }
 }
 
 /// True when replaying `writes` would not reproduce the caller's state exactly because the
@@ -129,31 +180,37 @@ pub(crate) fn reconstruct(
                 .as_ref()
                 .ok_or_else(|| format!("checkpoint {cur} has neither a snapshot nor a parent"))?;
         };
-        let mut state = base;
         // `cur` itself is a snapshot or known; the deltas on `path` come after it.
         if !known.contains_key(cur) && wanted.contains(cur) {
-            let shared = Arc::new(state.clone());
+            let shared = Arc::new(base.clone());
             known.insert(cur.clone(), shared.clone());
             out.insert(cur.clone(), shared);
         }
+        let mut replay = Replayer {
+            state: base,
+            pending: None,
+        };
         for id in path.iter().rev() {
             let row = rows
                 .get(*id)
                 .ok_or_else(|| format!("checkpoint {id} is missing"))?;
-            let mut updates =
+            let updates =
                 decode_updates(&row.writes).map_err(|e| format!("checkpoint {id}: {e}"))?;
-            state
-                .apply_writes(&mut updates)
-                .map_err(|e| format!("checkpoint {id}: replaying its writes failed: {e}"))?;
+            replay
+                .push(updates)
+                .map_err(|e| format!("checkpoint {id}: {e}"))?;
             if wanted.contains(*id) {
-                let shared = Arc::new(state.clone());
+                replay
+                    .flush()
+                    .map_err(|e| format!("checkpoint {id}: {e}"))?;
+                let shared = Arc::new(replay.state.clone());
                 known.insert((*id).clone(), shared.clone());
                 out.insert((*id).clone(), shared);
             }
         }
         if path.is_empty() && !out.contains_key(target) {
             // The target is the snapshot itself.
-            let shared = Arc::new(state);
+            let shared = Arc::new(replay.state);
             known.insert(target.clone(), shared.clone());
             out.insert(target.clone(), shared);
         }

@@ -546,6 +546,8 @@ enum Pools {
     Sqlite {
         writer: SqlitePool,
         readers: SqlitePool,
+        /// Background WAL checkpoints (see [`wal_checkpoints`]).
+        checkpointer: tokio::task::JoinHandle<()>,
     },
     Pg(PgPool),
 }
@@ -595,6 +597,33 @@ fn db_error(context: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::Database(format!("{context}: {e}"))
 }
 
+/// Copies the WAL back into the database every 250 ms from a read connection
+/// (`PASSIVE`: it never waits for, nor blocks, the writer). A checkpoint syncs the database
+/// file; run by the writer on commit (SQLite's default) that sync stalls every write
+/// queued behind it whenever the disk is slow.
+async fn wal_checkpoints(readers: SqlitePool) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        if readers.is_closed() {
+            return;
+        }
+        if let Err(e) = sqlx::query::<Sqlite>("PRAGMA wal_checkpoint(PASSIVE)")
+            .execute(&readers)
+            .await
+        {
+            tracing::debug!(error = %e, "background WAL checkpoint failed");
+        }
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        if let Pools::Sqlite { checkpointer, .. } = &self.pools {
+            checkpointer.abort();
+        }
+    }
+}
+
 /// A Postgres schema name we are willing to put into `CREATE SCHEMA` and `search_path`.
 pub(crate) fn valid_schema_name(schema: &str) -> bool {
     let mut chars = schema.chars();
@@ -620,6 +649,9 @@ impl Db {
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(false)
             .pragma("temp_store", "memory")
+            // Checkpoints normally run in the background (see `wal_checkpoints`); this is
+            // the writer's own fallback if the WAL still grows past ~32 MiB.
+            .pragma("wal_autocheckpoint", "8192")
             .statement_cache_capacity(256);
         // No ping before each use: a broken connection surfaces as an error that the
         // caller retries (see `retry!`), instead of one extra round trip per operation.
@@ -648,7 +680,11 @@ impl Db {
             .map_err(|e| db_error(&format!("cannot open {}", path.display()), e))?;
         Ok(Db {
             dialect: Dialect::Sqlite,
-            pools: Pools::Sqlite { writer, readers },
+            pools: Pools::Sqlite {
+                checkpointer: tokio::spawn(wal_checkpoints(readers.clone())),
+                writer,
+                readers,
+            },
         })
     }
 
@@ -766,7 +802,12 @@ impl Db {
 
     pub async fn close(&self) {
         match &self.pools {
-            Pools::Sqlite { writer, readers } => {
+            Pools::Sqlite {
+                writer,
+                readers,
+                checkpointer,
+            } => {
+                checkpointer.abort();
                 readers.close().await;
                 writer.close().await;
             }
