@@ -183,3 +183,27 @@ async fn model_failure_answered_by_the_error_middleware_ends_the_run_as_an_error
         "quota errors are not retried"
     );
 }
+
+#[test]
+fn describe_lists_deerflow_hook_nodes() {
+    let home = tempfile::tempdir().unwrap();
+    let agent = deerflow_agent(home.path(), scripted([]));
+    let d = agent.describe();
+    let ids: Vec<String> = d.graph["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["id"].as_str().unwrap().to_string())
+        .collect();
+    for want in [
+        "__start__",
+        "ThreadDataMiddleware.before_agent",
+        "UploadsMiddleware.before_agent",
+        "model",
+        "TitleMiddleware.after_model",
+        "tools",
+        "__end__",
+    ] {
+        assert!(ids.iter().any(|i| i == want), "{want} not in {ids:?}");
+    }
+}

@@ -201,7 +201,12 @@ async fn one_run(
         steps,
         model_nanos: model_nanos.clone(),
     });
-    let settings = Arc::new(Settings::with_home(home));
+    let mut settings = Settings::with_home(home);
+    // One long run: allow every superstep (DeerFlow's chain adds a node per hook), and do not
+    // let loop detection stop a run that calls the same tool hundreds of times on purpose.
+    settings.app.max_recursion_limit = 1_000_000;
+    settings.app.loop_detection.enabled = false;
+    let settings = Arc::new(settings);
     let models = ModelRegistry::from_models(vec![model]);
     let mut deps = if deerflow {
         AgentDeps::deerflow(settings, models, Arc::new(NoSandbox), false)
@@ -222,7 +227,7 @@ async fn one_run(
         assistant_id: "lead_agent".into(),
         graph_id: "lead_agent".into(),
         attempt: 1,
-        recursion_limit: Some(json!(1000)),
+        recursion_limit: Some(json!(1_000_000)),
         input: Some(StateUpdate::from_value(json!({"messages": "go"}))?),
         ..Default::default()
     };
@@ -250,6 +255,49 @@ async fn one_run(
         out.push(wall.saturating_sub(model));
     }
     Ok(out)
+}
+
+/// The conversation of a run after `steps` steps, as the loop stores it.
+fn conversation(steps: usize) -> Vec<Message> {
+    let mut v = vec![Message::human("go").with_id(uuid::Uuid::new_v4().to_string())];
+    for call in 0..steps {
+        let mut acc = fawn_state::ChunkAccumulator::new();
+        for c in chunks(call, steps) {
+            acc.push(&c);
+        }
+        let mut ai = acc.finish();
+        ai.id = Some(format!("lc_run--{}", uuid::Uuid::new_v4()));
+        v.push(ai);
+        v.push(
+            Message::tool(
+                format!("echo: step {call}"),
+                format!("call_{call}"),
+                Some("echo".into()),
+            )
+            .with_id(uuid::Uuid::new_v4().to_string()),
+        );
+    }
+    v
+}
+
+/// What copying the conversation into one model request costs at each size (the
+/// `Vec<Message>` a `ModelRequest` owns), for reading the table above.
+fn copy_costs() {
+    println!("\ncopy of the conversation into one model request (Vec<Message>::clone)");
+    println!("{:>6} {:>9} {:>10}", "steps", "messages", "µs");
+    for steps in [10usize, 30, 100, 300] {
+        let conv = conversation(steps);
+        let reps = 200;
+        let t = Instant::now();
+        let mut total = 0usize;
+        for _ in 0..reps {
+            let c = conv.clone();
+            total += c.len();
+            drop(c);
+        }
+        let per = t.elapsed() / reps;
+        println!("{steps:>6} {:>9} {:>10.1}", total / reps as usize, us(per));
+    }
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -330,6 +378,7 @@ fn main() -> anyhow::Result<()> {
         if deerflow {
             table(true, false, &home).await?;
         }
+        copy_costs();
         anyhow::Ok(())
     })?;
     let _ = std::fs::remove_dir_all(&home);
