@@ -133,6 +133,10 @@ pub struct Shared {
     clock: Clock,
     local_addr: OnceLock<SocketAddr>,
     pub shutdown: CancellationToken,
+    /// Assistants read by run creation, kept briefly (see [`Shared::assistant`]).
+    assistants: std::sync::RwLock<
+        std::collections::HashMap<String, (fawn_checkpoint::Assistant, std::time::Instant)>,
+    >,
 }
 
 impl std::fmt::Debug for Shared {
@@ -154,7 +158,64 @@ impl Shared {
     pub fn local_port(&self) -> Option<u16> {
         self.local_addr.get().map(SocketAddr::port)
     }
+
+    /// An assistant for run creation, from a short-lived cache: changes made through this
+    /// process are seen at once, changes made by another process within
+    /// `ASSISTANT_CACHE_TTL`.
+    pub async fn assistant(
+        &self,
+        id: &str,
+    ) -> fawn_checkpoint::Result<Option<fawn_checkpoint::Assistant>> {
+        {
+            let cache = match self.assistants.read() {
+                Ok(c) => c,
+                Err(p) => p.into_inner(),
+            };
+            if let Some((a, at)) = cache.get(id)
+                && at.elapsed() < ASSISTANT_CACHE_TTL
+            {
+                return Ok(Some(a.clone()));
+            }
+        }
+        let found = self.store.get_assistant(id).await?;
+        let mut cache = match self.assistants.write() {
+            Ok(c) => c,
+            Err(p) => p.into_inner(),
+        };
+        match &found {
+            Some(a) => {
+                if cache.len() >= 1024 {
+                    cache.clear();
+                }
+                cache.insert(id.to_string(), (a.clone(), std::time::Instant::now()));
+            }
+            None => {
+                cache.remove(id);
+            }
+        }
+        Ok(found)
+    }
+
+    /// Drops every cached assistant.
+    pub fn forget_assistants(&self) {
+        match self.assistants.write() {
+            Ok(mut c) => c.clear(),
+            Err(p) => p.into_inner().clear(),
+        }
+    }
+
+    /// Drops a cached assistant (after this process changed or deleted it).
+    pub fn forget_assistant(&self, id: &str) {
+        let mut cache = match self.assistants.write() {
+            Ok(c) => c,
+            Err(p) => p.into_inner(),
+        };
+        cache.remove(id);
+    }
 }
+
+/// How long run creation trusts a cached assistant.
+pub const ASSISTANT_CACHE_TTL: Duration = Duration::from_secs(2);
 
 /// The listener type: every accepted connection gets `TCP_NODELAY`.
 pub type Listener = axum::serve::TapIo<TcpListener, fn(&mut TcpStream)>;
@@ -409,6 +470,7 @@ impl Application {
             clock: options.clock.clone().unwrap_or_else(|| Arc::new(Utc::now)),
             local_addr: OnceLock::new(),
             shutdown,
+            assistants: std::sync::RwLock::new(std::collections::HashMap::new()),
         });
         let _ = state.local_addr.set(addr);
 

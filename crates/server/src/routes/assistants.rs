@@ -181,6 +181,7 @@ pub async fn patch(
             ));
         }
     };
+    app.forget_assistant(&id);
     let a = app
         .store
         .update_assistant(
@@ -196,6 +197,7 @@ pub async fn patch(
         )
         .await
         .map_err(|e| ApiError::store("updating the assistant", e))?;
+    app.forget_assistant(&id);
     Ok(wire::ok(&wire::assistant(&a)))
 }
 
@@ -240,10 +242,12 @@ pub async fn delete(
             }
         }
     }
+    app.forget_assistant(&id);
     app.store
         .delete_assistant(&id)
         .await
         .map_err(|e| ApiError::store("deleting the assistant", e))?;
+    app.forget_assistant(&id);
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -436,10 +440,12 @@ pub async fn latest(
     JsonBody(b): JsonBody<LatestBody>,
 ) -> ApiResult<Response> {
     let id = assistant_path_id(&app, &id)?;
+    app.forget_assistant(&id);
     let a = app
         .store
         .set_latest_version(&id, b.version)
         .await
         .map_err(|e| ApiError::store("setting the version", e))?;
+    app.forget_assistant(&id);
     Ok(wire::ok(&wire::assistant(&a)))
 }

@@ -95,5 +95,6 @@ pub async fn truncate(
         })
         .await
         .map_err(|e| ApiError::store("truncating", e))?;
+    app.forget_assistants();
     Ok(json_ok(&json!({"ok": true})))
 }

@@ -245,7 +245,7 @@ pub async fn resolve_assistant(app: &AppState, v: &Option<Value>) -> ApiResult<A
             app.graphs.list_text()
         )));
     };
-    match app.store.get_assistant(&uuid).await {
+    match app.assistant(&uuid).await {
         Ok(Some(a)) => Ok(a),
         Ok(None) => Err(ApiError::not_found("Thread or assistant not found.")),
         Err(e) => Err(ApiError::store("loading the assistant", e)),
