@@ -225,6 +225,18 @@ async fn background_join_wait_list_delete(db: Db) {
         .unwrap();
     let ev = parse_sse(&r.text().await.unwrap());
     assert_eq!(names(&ev), vec!["error"]);
+    // if_not_exists: create makes the thread on the fly.
+    let new_tid = uuid::Uuid::new_v4().to_string();
+    let (s, v) = app
+        .post_json(
+            &format!("/threads/{new_tid}/runs/wait"),
+            json!({"assistant_id": "lead_agent", "input": user_input("new"), "if_not_exists": "create"}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let (_, t) = app.get_json(&format!("/threads/{new_tid}")).await;
+    assert_eq!(t["metadata"]["graph_id"], "lead_agent");
+    assert_eq!(t["values"]["messages"][0]["content"], "new");
     assert_eq!(app.delete(&format!("/threads/{tid}/runs/{rid}")).await, 204);
     let (s, _) = app.get_json(&format!("/threads/{tid}/runs/{rid}")).await;
     assert_eq!(s, 404);
