@@ -5,9 +5,23 @@
 //! written since the last snapshot outweigh it, so the cost of a step does not grow with the
 //! thread; reading replays the writes through `fawn-state`'s reducers. Everything is plain
 //! typed JSON, never code. Must never know about HTTP, SSE or the agent's internals.
+//!
+//! * SQLite (default: `{FAWN_HOME}/data/fawn.db`): WAL, `synchronous=NORMAL`, one writer
+//!   connection (write transactions are serialized in-process) and a pool of readers.
+//! * Postgres (`DATABASE_URL=postgres://…`): a pool, an optional schema; the runs table is
+//!   the queue, claimed with `FOR UPDATE SKIP LOCKED`, so several processes can share it.
+//! * Checkpoint ids are UUIDv6-shaped and sort chronologically as strings; history is
+//!   newest first by id across branches.
+//! * Thread status is derived (busy while a run is pending or running, else error /
+//!   interrupted / idle from the last run) and changes in the same transaction as the runs.
 
+mod backend;
+mod cache;
+pub mod ids;
+pub mod json;
 pub mod types;
 
+pub use ids::{checkpoint_id_after, new_checkpoint_id};
 pub use types::*;
 
 use async_trait::async_trait;
@@ -124,6 +138,24 @@ pub trait CheckpointStore: Send + Sync {
         checkpoint_id: &str,
         metadata: &Map<String, Value>,
     ) -> Result<()>;
+    /// Stores the writes of one task of the step that starts at `checkpoint_id`, before the
+    /// step completes (LangGraph `put_writes`): `(channel, value)` pairs, replacing what the
+    /// same task stored before. Deleted with the checkpoint.
+    async fn put_writes(
+        &self,
+        thread_id: &str,
+        checkpoint_ns: &str,
+        checkpoint_id: &str,
+        task_id: &str,
+        writes: Vec<(String, Value)>,
+    ) -> Result<()>;
+    /// The pending writes stored against a checkpoint, by task then in order.
+    async fn pending_writes(
+        &self,
+        thread_id: &str,
+        checkpoint_ns: &str,
+        checkpoint_id: &str,
+    ) -> Result<Vec<PendingWrite>>;
 }
 
 /// Runs: the durable run queue.
@@ -191,7 +223,7 @@ pub trait CronStore: Send + Sync {
         &self,
         now: DateTime<Utc>,
         limit: u64,
-        next: &(dyn Fn(&Cron) -> Option<DateTime<Utc>> + Send + Sync),
+        next: &(dyn for<'c> Fn(&'c Cron) -> Option<DateTime<Utc>> + Send + Sync),
     ) -> Result<Vec<Cron>>;
 }
 
@@ -224,6 +256,9 @@ pub trait Persistence:
     async fn ping(&self) -> bool;
     /// Deletes everything except system assistants (test hook `POST /internal/truncate`).
     async fn truncate(&self, what: &Truncate) -> Result<()>;
+    /// Waits for in-flight statements and closes the connections (graceful shutdown).
+    /// Every later call fails with [`StoreError::Database`].
+    async fn close(&self);
 }
 
 /// How to open a backend.
@@ -235,12 +270,148 @@ pub enum BackendConfig {
     Postgres { url: String, schema: Option<String> },
 }
 
-/// Opens (and migrates) a backend.
+/// Where the SQLite database lives when the configuration does not say: under the data
+/// directory (`FAWN_HOME`).
+pub fn default_sqlite_path(home: &std::path::Path) -> std::path::PathBuf {
+    home.join("data").join("fawn.db")
+}
+
+impl BackendConfig {
+    /// The backend the configuration asks for. In order: `database` (with `DATABASE_URL`
+    /// already folded in by the config loader), then the legacy `checkpointer` section,
+    /// then SQLite at [`default_sqlite_path`]. SQLite paths that are relative are resolved
+    /// against the data directory; `sqlite_dir` (DeerFlow's spelling) holds `fawn.db`.
+    /// `memory` is a fresh SQLite file in the system temp directory.
+    pub fn from_settings(settings: &fawn_config::Settings) -> Result<BackendConfig> {
+        let home = settings.home.as_path();
+        let resolve = |p: &str| {
+            let p = std::path::Path::new(p);
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                home.join(p)
+            }
+        };
+        let memory = || BackendConfig::Sqlite {
+            path: std::env::temp_dir().join(format!("fawn-memory-{}.db", ids::new_uuid4())),
+        };
+        if let Some(db) = &settings.app.database {
+            let backend = db.backend.as_deref().unwrap_or("sqlite");
+            return match backend {
+                "postgres" => {
+                    let url = db
+                        .url
+                        .clone()
+                        .filter(|u| !u.trim().is_empty())
+                        .ok_or_else(|| {
+                            StoreError::Invalid(
+                            "database.backend is postgres but no database.url / DATABASE_URL is set"
+                                .to_string(),
+                        )
+                        })?;
+                    Ok(BackendConfig::Postgres {
+                        url,
+                        schema: db.postgres_schema.clone().filter(|s| !s.is_empty()),
+                    })
+                }
+                "memory" => Ok(memory()),
+                "sqlite" => {
+                    let from_url = db
+                        .url
+                        .as_deref()
+                        .and_then(sqlite_path_from_url)
+                        .map(|p| resolve(&p));
+                    let path = from_url
+                        .or_else(|| db.sqlite_path.as_deref().map(resolve))
+                        .or_else(|| db.sqlite_dir.as_deref().map(|d| resolve(d).join("fawn.db")))
+                        .unwrap_or_else(|| default_sqlite_path(home));
+                    Ok(BackendConfig::Sqlite { path })
+                }
+                other => Err(StoreError::Invalid(format!(
+                    "database.backend must be sqlite, postgres or memory, got {other:?}"
+                ))),
+            };
+        }
+        if let Some(cp) = &settings.app.checkpointer {
+            let kind = cp.kind.as_deref().unwrap_or("sqlite").to_ascii_lowercase();
+            let conn = cp
+                .connection_string
+                .clone()
+                .filter(|c| !c.trim().is_empty());
+            return match kind.as_str() {
+                "postgres" => Ok(BackendConfig::Postgres {
+                    url: conn.ok_or_else(|| {
+                        StoreError::Invalid(
+                            "checkpointer.type is postgres but checkpointer.connection_string is not set"
+                                .to_string(),
+                        )
+                    })?,
+                    schema: None,
+                }),
+                "memory" => Ok(memory()),
+                "sqlite" => Ok(BackendConfig::Sqlite {
+                    path: conn
+                        .map(|c| sqlite_path_from_url(&c).unwrap_or(c))
+                        .map(|p| resolve(&p))
+                        .unwrap_or_else(|| default_sqlite_path(home)),
+                }),
+                other => Err(StoreError::Invalid(format!(
+                    "checkpointer.type must be sqlite, postgres or memory, got {other:?}"
+                ))),
+            };
+        }
+        Ok(BackendConfig::Sqlite {
+            path: default_sqlite_path(home),
+        })
+    }
+}
+
+/// `sqlite:path`, `sqlite://path`, `sqlite:///abs/path` → the path (query string dropped).
+fn sqlite_path_from_url(url: &str) -> Option<String> {
+    let rest = url.strip_prefix("sqlite:")?;
+    let rest = rest.split('?').next().unwrap_or_default();
+    let path = rest.strip_prefix("//").unwrap_or(rest);
+    (!path.is_empty()).then(|| path.to_string())
+}
+
+/// Tuning knobs of a backend; the defaults suit a 2-core server.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpenOptions {
+    /// Threads whose latest state is kept in memory (the next step reads it for free).
+    pub cache_entries: usize,
+    /// Upper bound of the cached states' serialized size, in bytes.
+    pub cache_bytes: usize,
+    /// SQLite read connections (writes always go through one connection).
+    pub sqlite_readers: u32,
+    /// Postgres pool size.
+    pub pg_max_connections: u32,
+    /// How long an operation waits for a free connection.
+    pub acquire_timeout: Duration,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            cache_entries: 4096,
+            cache_bytes: 256 * 1024 * 1024,
+            sqlite_readers: 4,
+            pg_max_connections: 16,
+            acquire_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Opens (and migrates) a backend with the default [`OpenOptions`].
 pub async fn open(config: &BackendConfig) -> Result<Arc<dyn Persistence>> {
-    let _ = config;
-    Err(StoreError::Database(
-        "no persistence backend is implemented yet".to_string(),
-    ))
+    open_with(config, &OpenOptions::default()).await
+}
+
+/// Opens (and migrates) a backend.
+pub async fn open_with(
+    config: &BackendConfig,
+    options: &OpenOptions,
+) -> Result<Arc<dyn Persistence>> {
+    Ok(Arc::new(backend::SqlStore::open(config, options).await?))
 }
 
 /// Reconstructs a state from a snapshot and the writes after it, through the reducers.
@@ -253,4 +424,144 @@ pub fn replay(
         state.apply_writes(&mut step)?;
     }
     Ok(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fawn_config::{CheckpointerConfig, DatabaseConfig, Settings};
+    use std::path::PathBuf;
+
+    fn settings(
+        database: Option<DatabaseConfig>,
+        checkpointer: Option<CheckpointerConfig>,
+    ) -> Settings {
+        let mut s = Settings::with_home("/srv/fawn");
+        s.app.database = database;
+        s.app.checkpointer = checkpointer;
+        s
+    }
+
+    fn sqlite(path: &str) -> BackendConfig {
+        BackendConfig::Sqlite {
+            path: PathBuf::from(path),
+        }
+    }
+
+    #[test]
+    fn backend_from_settings() {
+        let cases = [
+            (settings(None, None), sqlite("/srv/fawn/data/fawn.db")),
+            (
+                settings(Some(DatabaseConfig::default()), None),
+                sqlite("/srv/fawn/data/fawn.db"),
+            ),
+            (
+                settings(
+                    Some(DatabaseConfig {
+                        sqlite_path: Some("db/x.db".into()),
+                        ..Default::default()
+                    }),
+                    None,
+                ),
+                sqlite("/srv/fawn/db/x.db"),
+            ),
+            (
+                settings(
+                    Some(DatabaseConfig {
+                        sqlite_dir: Some("/var/lib/deer".into()),
+                        ..Default::default()
+                    }),
+                    None,
+                ),
+                sqlite("/var/lib/deer/fawn.db"),
+            ),
+            (
+                settings(
+                    Some(DatabaseConfig {
+                        backend: Some("sqlite".into()),
+                        url: Some("sqlite:///tmp/a.db?mode=rwc".into()),
+                        ..Default::default()
+                    }),
+                    None,
+                ),
+                sqlite("/tmp/a.db"),
+            ),
+            (
+                settings(
+                    Some(DatabaseConfig {
+                        backend: Some("postgres".into()),
+                        url: Some("postgres://u@h/db".into()),
+                        postgres_schema: Some("fawn".into()),
+                        ..Default::default()
+                    }),
+                    None,
+                ),
+                BackendConfig::Postgres {
+                    url: "postgres://u@h/db".into(),
+                    schema: Some("fawn".into()),
+                },
+            ),
+            (
+                settings(
+                    None,
+                    Some(CheckpointerConfig {
+                        kind: Some("postgres".into()),
+                        connection_string: Some("postgresql://x/y".into()),
+                    }),
+                ),
+                BackendConfig::Postgres {
+                    url: "postgresql://x/y".into(),
+                    schema: None,
+                },
+            ),
+            (
+                settings(
+                    None,
+                    Some(CheckpointerConfig {
+                        kind: Some("sqlite".into()),
+                        connection_string: Some("checkpoints.db".into()),
+                    }),
+                ),
+                sqlite("/srv/fawn/checkpoints.db"),
+            ),
+        ];
+        for (s, want) in cases {
+            assert_eq!(BackendConfig::from_settings(&s).unwrap(), want);
+        }
+        let memory = settings(
+            Some(DatabaseConfig {
+                backend: Some("memory".into()),
+                ..Default::default()
+            }),
+            None,
+        );
+        match BackendConfig::from_settings(&memory).unwrap() {
+            BackendConfig::Sqlite { path } => assert!(path.starts_with(std::env::temp_dir())),
+            other => panic!("{other:?}"),
+        }
+        let no_url = settings(
+            Some(DatabaseConfig {
+                backend: Some("postgres".into()),
+                ..Default::default()
+            }),
+            None,
+        );
+        assert!(matches!(
+            BackendConfig::from_settings(&no_url),
+            Err(StoreError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn replay_applies_steps_in_order() {
+        let mut w1 =
+            fawn_state::StateUpdate::from_value(serde_json::json!({"title": "a"})).unwrap();
+        let w2 = fawn_state::StateUpdate::from_value(serde_json::json!({"title": "b"})).unwrap();
+        let s = replay(None, vec![vec![w1.clone()], vec![w2]]).unwrap();
+        assert_eq!(s.title.as_deref(), Some("b"));
+        w1.title = Some(None);
+        let s = replay(Some(s), vec![vec![w1]]).unwrap();
+        assert_eq!(s.title, None);
+    }
 }

@@ -106,6 +106,7 @@ pub enum AssistantSort {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct AssistantQuery {
     pub filter: AssistantFilter,
+    /// `0` = no limit (as in every query below).
     pub limit: u64,
     pub offset: u64,
     pub sort_by: AssistantSort,
@@ -270,7 +271,9 @@ pub struct NewCheckpoint {
     /// `(node, write)` of this step, in order: the delta that is persisted.
     pub writes: Vec<(String, StateUpdate)>,
     /// The full state after the writes (used when the store decides to snapshot, and to
-    /// check replay in debug builds).
+    /// check replay in debug builds). The store keeps only a weak reference to it, so a
+    /// writer that holds its state in an `Arc` and updates it with `Arc::make_mut` never
+    /// pays for a copy of the message list.
     pub state: Arc<ThreadState>,
     pub next: Vec<String>,
     pub tasks: Vec<TaskRecord>,
@@ -286,17 +289,29 @@ pub struct Checkpoint {
     pub run_id: Option<String>,
     pub metadata: JsonMap,
     pub created_at: DateTime<Utc>,
-    pub state: ThreadState,
+    /// The full state at this checkpoint. Shared, so that a read served from the store's
+    /// cache (the latest state of a thread) costs no copy of the message list.
+    pub state: Arc<ThreadState>,
     /// The step's writes, `(node, update JSON)`.
     pub writes: Vec<(String, Value)>,
     pub next: Vec<String>,
     pub tasks: Vec<TaskRecord>,
 }
 
+/// A write of one task inside a step that did not complete (LangGraph `put_writes`): kept
+/// with the checkpoint the step started from, so that resuming does not redo the task.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PendingWrite {
+    pub task_id: String,
+    pub channel: String,
+    pub value: Value,
+}
+
 /// `POST /threads/{id}/history`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct HistoryQuery {
     pub checkpoint_ns: String,
+    /// `0` = no limit.
     pub limit: u64,
     /// Only checkpoints with an id strictly smaller than this.
     pub before: Option<String>,

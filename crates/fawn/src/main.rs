@@ -31,6 +31,13 @@ enum Command {
         /// The config file; default: FAWN_CONFIG, DEER_FLOW_CONFIG_PATH, then ./config.yaml.
         path: Option<PathBuf>,
     },
+    /// Create or upgrade the database schema (SQLite under the data dir, or DATABASE_URL),
+    /// then exit. `serve` does this too at startup.
+    Migrate {
+        /// The config file; default: FAWN_CONFIG, DEER_FLOW_CONFIG_PATH, then ./config.yaml.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
 }
 
 #[derive(Args, Debug, Clone)]
@@ -50,6 +57,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::CheckConfig { path } => check_config(path),
+        Command::Migrate { config } => match migrate(config) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("fawn: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Serve(args) => match serve(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -115,9 +129,80 @@ fn check_config(path: Option<PathBuf>) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let _loaded = fawn_config::load(&load_options(args.config.clone()))
+fn init_logging(level: Option<&str>) {
+    let default = level.unwrap_or("info").to_ascii_lowercase();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
+}
+
+fn load_settings(path: Option<PathBuf>) -> anyhow::Result<fawn_config::Settings> {
+    let loaded = fawn_config::load(&load_options(path))
         .map_err(|e| anyhow::anyhow!("invalid configuration:\n{e}"))
         .context("loading configuration")?;
-    anyhow::bail!("the server is not implemented yet")
+    init_logging(loaded.settings.app.log_level.as_deref());
+    for w in &loaded.warnings {
+        tracing::warn!("config: {w}");
+    }
+    Ok(loaded.settings)
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let settings = load_settings(args.config.clone())?;
+    runtime()?.block_on(async move {
+        let options = fawn_server::AppOptions {
+            host: args.host.clone(),
+            port: args.port,
+            ..fawn_server::AppOptions::default()
+        };
+        let app = fawn_server::Application::build(settings, options)
+            .await
+            .context("starting the server")?;
+        tracing::info!(
+            "Fawn is listening on http://{} (LangGraph API at /, /api/langgraph and /api)",
+            app.address()
+        );
+        app.run_until_stopped().await.context("serving")?;
+        Ok(())
+    })
+}
+
+fn migrate(config: Option<PathBuf>) -> anyhow::Result<()> {
+    let settings = load_settings(config)?;
+    runtime()?.block_on(async move {
+        let backend = fawn_checkpoint::BackendConfig::from_settings(&settings)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        if let fawn_checkpoint::BackendConfig::Sqlite { path } = &backend
+            && let Some(dir) = path.parent()
+        {
+            tokio::fs::create_dir_all(dir)
+                .await
+                .with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let store = fawn_checkpoint::open(&backend)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .context("opening the database")?;
+        store.close().await;
+        match &backend {
+            fawn_checkpoint::BackendConfig::Sqlite { path } => {
+                println!("database ready: SQLite {}", path.display())
+            }
+            fawn_checkpoint::BackendConfig::Postgres { schema, .. } => println!(
+                "database ready: Postgres{}",
+                schema
+                    .as_deref()
+                    .map(|s| format!(" (schema {s})"))
+                    .unwrap_or_default()
+            ),
+        }
+        Ok(())
+    })
 }

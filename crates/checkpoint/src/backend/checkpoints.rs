@@ -1,0 +1,767 @@
+//! [`CheckpointStore`]: deltas plus amortized snapshots (see `chain.rs`), history across
+//! branches, rollback by run, pending writes.
+
+use super::chain::{
+    ChainRow, decode_writes_json, encode_writes, needs_snapshot, reconstruct,
+    writes_need_normalizing,
+};
+use super::db::{Arg, DbErr, DbResult, Dialect, Exec, Sql, Tx, retry};
+use super::{SqlStore, Where};
+use crate::cache::{Accounting, Cached, Held};
+use crate::ids::{self, checkpoint_id_after};
+use crate::json::merge_shallow;
+use crate::types::*;
+use crate::{CheckpointStore, Result};
+use async_trait::async_trait;
+use fawn_state::ThreadState;
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+macro_rules! ckpt_cols {
+    () => {
+        "thread_id, checkpoint_ns, checkpoint_id, parent_id, run_id, metadata, writes, \
+         snap_bytes, delta_bytes, next, tasks, created_at"
+    };
+}
+
+/// A checkpoint row without its state.
+struct Meta {
+    checkpoint: Checkpoint,
+    accounting: Accounting,
+}
+
+fn meta_from_row(r: &super::db::Row) -> DbResult<Meta> {
+    let checkpoint_id = r.text("checkpoint_id")?;
+    let writes = decode_writes_json(&r.text("writes")?)
+        .map_err(|e| DbErr::corrupt(format!("checkpoint {checkpoint_id}: {e}")))?;
+    let next: Vec<String> = serde_json::from_value(r.json("next")?)
+        .map_err(|e| DbErr::corrupt(format!("checkpoint {checkpoint_id}: next: {e}")))?;
+    let tasks: Vec<TaskRecord> = serde_json::from_value(r.json("tasks")?)
+        .map_err(|e| DbErr::corrupt(format!("checkpoint {checkpoint_id}: tasks: {e}")))?;
+    Ok(Meta {
+        accounting: Accounting {
+            snap_bytes: r.int("snap_bytes")?,
+            delta_bytes: r.int("delta_bytes")?,
+        },
+        checkpoint: Checkpoint {
+            thread_id: r.text("thread_id")?,
+            checkpoint_ns: r.text("checkpoint_ns")?,
+            checkpoint_id,
+            parent_id: r.opt_text("parent_id")?,
+            run_id: r.opt_text("run_id")?,
+            metadata: r.map("metadata")?,
+            created_at: r.ts("created_at")?,
+            state: Arc::new(ThreadState::default()),
+            writes,
+            next,
+            tasks,
+        },
+    })
+}
+
+/// Loads every checkpoint from each of `targets` up to its nearest snapshot (one recursive
+/// query) and rebuilds the targets' states. `known` states short-cut the replay.
+async fn load_states(
+    exec: &mut Exec<'_>,
+    thread_id: &str,
+    ns: &str,
+    targets: &[String],
+    known: HashMap<String, Arc<ThreadState>>,
+) -> DbResult<HashMap<String, Arc<ThreadState>>> {
+    let seeds: Vec<&String> = targets.iter().filter(|t| !known.contains_key(*t)).collect();
+    let mut rows = HashMap::new();
+    if !seeds.is_empty() {
+        let mut args = vec![Arg::from(thread_id), Arg::from(ns)];
+        let mut ps = Vec::new();
+        for s in &seeds {
+            args.push(Arg::from(*s));
+            ps.push(format!("${}", args.len()));
+        }
+        let text = format!(
+            "WITH RECURSIVE chain(checkpoint_id, parent_id, is_snap) AS ( \
+               SELECT checkpoint_id, parent_id, snapshot IS NOT NULL FROM checkpoints \
+                WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id IN ({}) \
+               UNION \
+               SELECT c.checkpoint_id, c.parent_id, c.snapshot IS NOT NULL \
+                 FROM checkpoints c JOIN chain ON c.checkpoint_id = chain.parent_id \
+                WHERE c.thread_id = $1 AND c.checkpoint_ns = $2 AND NOT chain.is_snap \
+             ) \
+             SELECT checkpoint_id, parent_id, writes, snapshot FROM checkpoints \
+              WHERE thread_id = $1 AND checkpoint_ns = $2 \
+                AND checkpoint_id IN (SELECT checkpoint_id FROM chain)",
+            ps.join(", ")
+        );
+        for r in exec.all(Sql::dynamic(text, args)).await? {
+            rows.insert(
+                r.text("checkpoint_id")?,
+                ChainRow {
+                    parent_id: r.opt_text("parent_id")?,
+                    writes: r.text("writes")?,
+                    snapshot: r.opt_text("snapshot")?,
+                },
+            );
+        }
+    }
+    reconstruct(targets, &rows, known).map_err(DbErr::corrupt)
+}
+
+fn state_json(state: &ThreadState) -> DbResult<String> {
+    serde_json::to_string(state)
+        .map_err(|e| DbErr::invalid(format!("the state cannot be stored as JSON: {e}")))
+}
+
+/// Gives checkpoint `id` a snapshot of its own (it is about to lose an ancestor).
+async fn materialize(tx: &mut Tx, thread_id: &str, ns: &str, id: &str) -> DbResult<()> {
+    let states = load_states(
+        &mut Exec::Tx(tx),
+        thread_id,
+        ns,
+        &[id.to_string()],
+        HashMap::new(),
+    )
+    .await?;
+    let state = states
+        .get(id)
+        .ok_or_else(|| DbErr::corrupt(format!("checkpoint {id} could not be rebuilt")))?;
+    let text = state_json(state)?;
+    let len = text.len() as i64;
+    tx.exec(
+        Sql::new(concat!(
+            "UPDATE checkpoints SET snapshot = $4, snap_bytes = $5, delta_bytes = 0 ",
+            "WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3"
+        ))
+        .bind(thread_id)
+        .bind(ns)
+        .bind(id)
+        .bind(text)
+        .bind(len),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Keeps only the latest checkpoint of each namespace of a thread (made a parentless
+/// snapshot) and its pending writes.
+pub(crate) async fn keep_latest_only(tx: &mut Tx, thread_id: &str) -> DbResult<()> {
+    let latest = tx
+        .all(
+            Sql::new(concat!(
+                "SELECT checkpoint_ns, MAX(checkpoint_id) AS latest FROM checkpoints ",
+                "WHERE thread_id = $1 GROUP BY checkpoint_ns"
+            ))
+            .bind(thread_id),
+        )
+        .await?;
+    for row in latest {
+        let ns = row.text("checkpoint_ns")?;
+        let id = row.text("latest")?;
+        let has_snapshot = tx
+            .opt(
+                Sql::new(concat!(
+                    "SELECT checkpoint_id FROM checkpoints WHERE thread_id = $1 ",
+                    "AND checkpoint_ns = $2 AND checkpoint_id = $3 AND snapshot IS NOT NULL"
+                ))
+                .bind(thread_id)
+                .bind(ns.as_str())
+                .bind(id.as_str()),
+            )
+            .await?
+            .is_some();
+        if !has_snapshot {
+            materialize(tx, thread_id, &ns, &id).await?;
+        }
+        for sql in [
+            "UPDATE checkpoints SET parent_id = NULL WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3",
+            "DELETE FROM checkpoints WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id <> $3",
+            "DELETE FROM checkpoint_writes WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id <> $3",
+        ] {
+            tx.exec(
+                Sql::new(sql)
+                    .bind(thread_id)
+                    .bind(ns.as_str())
+                    .bind(id.as_str()),
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the checkpoints a run wrote. A surviving checkpoint whose parent goes (a fork
+/// made from the run's state) first gets a snapshot, so its branch stays readable.
+pub(crate) async fn delete_run_checkpoints(
+    tx: &mut Tx,
+    dialect: Dialect,
+    thread_id: &str,
+    run_id: &str,
+) -> DbResult<u64> {
+    if dialect == Dialect::Postgres {
+        // Wait for inserts of children of these checkpoints (they hold key-share locks)
+        // to commit, so the orphan query below sees them; later ones will fail.
+        tx.exec(
+            Sql::new(concat!(
+                "SELECT checkpoint_id FROM checkpoints WHERE thread_id = $1 AND run_id = $2 ",
+                "FOR UPDATE"
+            ))
+            .bind(thread_id)
+            .bind(run_id),
+        )
+        .await?;
+    }
+    let orphans = tx
+        .all(
+            Sql::new(concat!(
+                "SELECT c.checkpoint_ns, c.checkpoint_id FROM checkpoints c ",
+                "WHERE c.thread_id = $1 AND (c.run_id IS NULL OR c.run_id <> $2) ",
+                "AND c.snapshot IS NULL AND EXISTS (SELECT 1 FROM checkpoints p ",
+                "WHERE p.thread_id = $1 AND p.checkpoint_ns = c.checkpoint_ns ",
+                "AND p.checkpoint_id = c.parent_id AND p.run_id = $2)"
+            ))
+            .bind(thread_id)
+            .bind(run_id),
+        )
+        .await?;
+    for o in orphans {
+        let ns = o.text("checkpoint_ns")?;
+        let id = o.text("checkpoint_id")?;
+        materialize(tx, thread_id, &ns, &id).await?;
+    }
+    tx.exec(
+        Sql::new(concat!(
+            "DELETE FROM checkpoint_writes WHERE thread_id = $1 AND EXISTS (",
+            "SELECT 1 FROM checkpoints c WHERE c.thread_id = $1 AND c.run_id = $2 ",
+            "AND c.checkpoint_ns = checkpoint_writes.checkpoint_ns ",
+            "AND c.checkpoint_id = checkpoint_writes.checkpoint_id)"
+        ))
+        .bind(thread_id)
+        .bind(run_id),
+    )
+    .await?;
+    tx.exec(
+        Sql::new("DELETE FROM checkpoints WHERE thread_id = $1 AND run_id = $2")
+            .bind(thread_id)
+            .bind(run_id),
+    )
+    .await
+}
+
+/// A checkpoint ready to insert (everything computed before the retry loop).
+struct Prepared {
+    thread_id: String,
+    ns: String,
+    id: String,
+    parent_id: Option<String>,
+    run_id: Option<String>,
+    metadata: Arg,
+    writes: String,
+    snapshot: Option<String>,
+    accounting: Accounting,
+    next: Arg,
+    tasks: Arg,
+}
+
+impl SqlStore {
+    async fn parent_accounting_once(
+        &self,
+        thread_id: &str,
+        ns: &str,
+        parent_id: &str,
+    ) -> DbResult<Accounting> {
+        let row = self
+            .db
+            .read_opt(
+                Sql::new(concat!(
+                    "SELECT snap_bytes, delta_bytes FROM checkpoints WHERE thread_id = $1 ",
+                    "AND checkpoint_ns = $2 AND checkpoint_id = $3"
+                ))
+                .bind(thread_id)
+                .bind(ns)
+                .bind(parent_id),
+            )
+            .await?
+            .ok_or_else(|| DbErr::not_found(format!("Parent checkpoint {parent_id} not found")))?;
+        Ok(Accounting {
+            snap_bytes: row.int("snap_bytes")?,
+            delta_bytes: row.int("delta_bytes")?,
+        })
+    }
+
+    async fn insert_checkpoint_once(&self, p: &Prepared) -> DbResult<()> {
+        // With a parent, insert only while the parent exists (Postgres: holding a key-share
+        // lock on it until commit), so a write racing a rollback of the parent's run fails
+        // instead of leaving a delta that cannot be replayed. `ON CONFLICT DO NOTHING`: ids
+        // are unique, so a conflict is this very insert retried after a lost commit.
+        let sql = match (&p.parent_id, self.dialect()) {
+            (None, _) => concat!(
+                "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, ",
+                "run_id, metadata, writes, snapshot, snap_bytes, delta_bytes, next, tasks, ",
+                "created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) ",
+                "ON CONFLICT DO NOTHING"
+            ),
+            (Some(_), Dialect::Sqlite) => concat!(
+                "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, ",
+                "run_id, metadata, writes, snapshot, snap_bytes, delta_bytes, next, tasks, ",
+                "created_at) SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 ",
+                "WHERE EXISTS (SELECT 1 FROM checkpoints WHERE thread_id = $1 ",
+                "AND checkpoint_ns = $2 AND checkpoint_id = $4) ON CONFLICT DO NOTHING"
+            ),
+            (Some(_), Dialect::Postgres) => concat!(
+                "WITH parent AS (SELECT 1 FROM checkpoints WHERE thread_id = $1 ",
+                "AND checkpoint_ns = $2 AND checkpoint_id = $4 FOR KEY SHARE) ",
+                "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, ",
+                "run_id, metadata, writes, snapshot, snap_bytes, delta_bytes, next, tasks, ",
+                "created_at) SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 ",
+                "FROM parent ON CONFLICT DO NOTHING"
+            ),
+        };
+        let inserted = self
+            .db
+            .write_exec(
+                Sql::new(sql)
+                    .bind(p.thread_id.as_str())
+                    .bind(p.ns.as_str())
+                    .bind(p.id.as_str())
+                    .bind(p.parent_id.clone())
+                    .bind(p.run_id.clone())
+                    .arg(p.metadata.clone())
+                    .bind(p.writes.as_str())
+                    .bind(p.snapshot.clone())
+                    .bind(p.accounting.snap_bytes)
+                    .bind(p.accounting.delta_bytes)
+                    .arg(p.next.clone())
+                    .arg(p.tasks.clone())
+                    .arg(Arg::ts(ids::now())),
+            )
+            .await?;
+        if inserted == 0 && p.parent_id.is_some() {
+            let exists = self
+                .db
+                .read_opt(
+                    Sql::new(concat!(
+                        "SELECT checkpoint_id FROM checkpoints WHERE thread_id = $1 ",
+                        "AND checkpoint_ns = $2 AND checkpoint_id = $3"
+                    ))
+                    .bind(p.thread_id.as_str())
+                    .bind(p.ns.as_str())
+                    .bind(p.id.as_str()),
+                )
+                .await?
+                .is_some();
+            if !exists {
+                return Err(DbErr::not_found(format!(
+                    "Parent checkpoint {} not found",
+                    p.parent_id.as_deref().unwrap_or_default()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn prepare(
+        &self,
+        cp: &NewCheckpoint,
+        parent: Option<&Cached>,
+        parent_accounting: Option<Accounting>,
+    ) -> DbResult<Prepared> {
+        let writes = encode_writes(&cp.writes);
+        let delta_len = writes.len() as i64;
+        let mut snapshot = needs_snapshot(parent_accounting.as_ref(), delta_len)
+            || writes_need_normalizing(&cp.writes);
+        if cfg!(debug_assertions)
+            && !snapshot
+            && let Some(parent_state) = parent.and_then(Cached::state)
+        {
+            // Debug builds check that replaying the writes reproduces the caller's state.
+            let mut replayed = (*parent_state).clone();
+            let mut updates: Vec<_> = cp.writes.iter().map(|(_, w)| w.clone()).collect();
+            let same = replayed.apply_writes(&mut updates).is_ok() && replayed == *cp.state;
+            if !same {
+                tracing::error!(
+                    thread_id = %cp.thread_id,
+                    "checkpoint writes do not reproduce the given state; storing a snapshot"
+                );
+                snapshot = true;
+            }
+        }
+        let (snapshot, accounting) = match (snapshot, parent_accounting) {
+            (false, Some(p)) => (
+                None,
+                Accounting {
+                    snap_bytes: p.snap_bytes,
+                    delta_bytes: p.delta_bytes + delta_len,
+                },
+            ),
+            _ => {
+                let text = state_json(&cp.state)?;
+                let len = text.len() as i64;
+                (
+                    Some(text),
+                    Accounting {
+                        snap_bytes: len,
+                        delta_bytes: 0,
+                    },
+                )
+            }
+        };
+        let next = serde_json::to_value(&cp.next).unwrap_or(Value::Array(Vec::new()));
+        let tasks = serde_json::to_value(&cp.tasks)
+            .map_err(|e| DbErr::invalid(format!("tasks cannot be stored as JSON: {e}")))?;
+        Ok(Prepared {
+            thread_id: cp.thread_id.clone(),
+            ns: cp.checkpoint_ns.clone(),
+            id: String::new(),
+            parent_id: cp.parent_id.clone(),
+            run_id: cp.run_id.clone(),
+            metadata: Arg::json_map(&cp.metadata),
+            writes,
+            snapshot,
+            accounting,
+            next: Arg::json(&next),
+            tasks: Arg::json(&tasks),
+        })
+    }
+
+    async fn get_checkpoint_once(
+        &self,
+        thread_id: &str,
+        ns: &str,
+        checkpoint_id: Option<&str>,
+    ) -> DbResult<Option<Checkpoint>> {
+        let sql = match checkpoint_id {
+            Some(id) => Sql::new(concat!(
+                "SELECT ",
+                ckpt_cols!(),
+                " FROM checkpoints WHERE thread_id = $1 AND checkpoint_ns = $2 ",
+                "AND checkpoint_id = $3"
+            ))
+            .bind(thread_id)
+            .bind(ns)
+            .bind(id),
+            None => Sql::new(concat!(
+                "SELECT ",
+                ckpt_cols!(),
+                " FROM checkpoints WHERE thread_id = $1 AND checkpoint_ns = $2 ",
+                "ORDER BY checkpoint_id DESC LIMIT 1"
+            ))
+            .bind(thread_id)
+            .bind(ns),
+        };
+        let Some(row) = self.db.read_opt(sql).await? else {
+            return Ok(None);
+        };
+        let Meta {
+            mut checkpoint,
+            accounting,
+        } = meta_from_row(&row)?;
+        let id = checkpoint.checkpoint_id.clone();
+        checkpoint.state = match self.cache.get(thread_id, ns, &id).and_then(|c| c.state()) {
+            Some(state) => state,
+            None => {
+                let mut states = load_states(
+                    &mut Exec::Read(&self.db),
+                    thread_id,
+                    ns,
+                    std::slice::from_ref(&id),
+                    HashMap::new(),
+                )
+                .await?;
+                let state = states.remove(&id).ok_or_else(|| {
+                    DbErr::corrupt(format!("checkpoint {id} could not be rebuilt"))
+                })?;
+                if checkpoint_id.is_none() {
+                    self.cache.put(
+                        thread_id,
+                        ns,
+                        Cached {
+                            checkpoint_id: id,
+                            state: Held::Strong(state.clone()),
+                            accounting,
+                        },
+                    );
+                }
+                state
+            }
+        };
+        Ok(Some(checkpoint))
+    }
+
+    async fn list_checkpoints_once(
+        &self,
+        thread_id: &str,
+        query: &HistoryQuery,
+    ) -> DbResult<Vec<Checkpoint>> {
+        let ns = query.checkpoint_ns.as_str();
+        let mut w = Where::new(self.dialect());
+        w.eq("thread_id", thread_id);
+        w.eq("checkpoint_ns", ns);
+        if let Some(before) = &query.before {
+            let p = w.binds.push(before.as_str());
+            w.clause(format!("checkpoint_id < {p}"));
+        }
+        if let Some(m) = &query.metadata {
+            w.contains("metadata", m);
+        }
+        let post = w.has_post();
+        let mut text = format!(
+            "SELECT {} FROM checkpoints{} ORDER BY checkpoint_id DESC",
+            ckpt_cols!(),
+            w.sql()
+        );
+        if !post && query.limit > 0 {
+            let p = w.binds.push(super::clamp_i64(query.limit));
+            text.push_str(&format!(" LIMIT {p}"));
+        }
+        let rows = self
+            .db
+            .read_all(Sql::dynamic(text, std::mem::take(&mut w.binds.args)))
+            .await?;
+        let mut metas = Vec::new();
+        for row in &rows {
+            if post && !w.passes(row)? {
+                continue;
+            }
+            metas.push(meta_from_row(row)?);
+            if query.limit > 0 && metas.len() as u64 >= query.limit {
+                break;
+            }
+        }
+        let ids: Vec<String> = metas
+            .iter()
+            .map(|m| m.checkpoint.checkpoint_id.clone())
+            .collect();
+        let mut known = HashMap::new();
+        for id in &ids {
+            if let Some(state) = self.cache.get(thread_id, ns, id).and_then(|c| c.state()) {
+                known.insert(id.clone(), state);
+            }
+        }
+        let mut states = load_states(&mut Exec::Read(&self.db), thread_id, ns, &ids, known).await?;
+        metas
+            .into_iter()
+            .map(|m| {
+                let mut c = m.checkpoint;
+                c.state = states.remove(&c.checkpoint_id).ok_or_else(|| {
+                    DbErr::corrupt(format!(
+                        "checkpoint {} could not be rebuilt",
+                        c.checkpoint_id
+                    ))
+                })?;
+                Ok(c)
+            })
+            .collect()
+    }
+
+    async fn delete_checkpoints_for_run_once(
+        &self,
+        thread_id: &str,
+        run_id: &str,
+    ) -> DbResult<u64> {
+        let mut tx = self.db.begin().await?;
+        let n = delete_run_checkpoints(&mut tx, self.dialect(), thread_id, run_id).await?;
+        tx.commit().await?;
+        self.cache.invalidate_thread(thread_id);
+        Ok(n)
+    }
+
+    async fn patch_checkpoint_metadata_once(
+        &self,
+        thread_id: &str,
+        checkpoint_id: &str,
+        metadata: &Map<String, Value>,
+    ) -> DbResult<()> {
+        let mut tx = self.db.begin().await?;
+        let select = self.dialect().pick(
+            "SELECT checkpoint_ns, metadata FROM checkpoints WHERE thread_id = $1 AND checkpoint_id = $2",
+            "SELECT checkpoint_ns, metadata FROM checkpoints WHERE thread_id = $1 AND checkpoint_id = $2 FOR UPDATE",
+        );
+        let rows = tx
+            .all(Sql::new(select).bind(thread_id).bind(checkpoint_id))
+            .await?;
+        if rows.is_empty() {
+            return Err(DbErr::not_found(format!(
+                "Checkpoint {checkpoint_id} of thread {thread_id} not found"
+            )));
+        }
+        for row in rows {
+            let mut current = row.map("metadata")?;
+            merge_shallow(&mut current, metadata);
+            tx.exec(
+                Sql::new(concat!(
+                    "UPDATE checkpoints SET metadata = $4 WHERE thread_id = $1 ",
+                    "AND checkpoint_ns = $2 AND checkpoint_id = $3"
+                ))
+                .bind(thread_id)
+                .bind(row.text("checkpoint_ns")?)
+                .bind(checkpoint_id)
+                .arg(Arg::json_map(&current)),
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn put_writes_once(
+        &self,
+        thread_id: &str,
+        ns: &str,
+        checkpoint_id: &str,
+        task_id: &str,
+        writes: &[(String, Value)],
+    ) -> DbResult<()> {
+        let mut tx = self.db.begin().await?;
+        tx.exec(
+            Sql::new(concat!(
+                "DELETE FROM checkpoint_writes WHERE thread_id = $1 AND checkpoint_ns = $2 ",
+                "AND checkpoint_id = $3 AND task_id = $4"
+            ))
+            .bind(thread_id)
+            .bind(ns)
+            .bind(checkpoint_id)
+            .bind(task_id),
+        )
+        .await?;
+        for (idx, (channel, value)) in writes.iter().enumerate() {
+            tx.exec(
+                Sql::new(concat!(
+                    "INSERT INTO checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, ",
+                    "task_id, idx, channel, value) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+                ))
+                .bind(thread_id)
+                .bind(ns)
+                .bind(checkpoint_id)
+                .bind(task_id)
+                .bind(idx as i64)
+                .bind(channel.as_str())
+                .bind(value.to_string()),
+            )
+            .await?;
+        }
+        tx.commit().await
+    }
+
+    async fn pending_writes_once(
+        &self,
+        thread_id: &str,
+        ns: &str,
+        checkpoint_id: &str,
+    ) -> DbResult<Vec<PendingWrite>> {
+        let rows = self
+            .db
+            .read_all(
+                Sql::new(concat!(
+                    "SELECT task_id, channel, value FROM checkpoint_writes WHERE thread_id = $1 ",
+                    "AND checkpoint_ns = $2 AND checkpoint_id = $3 ORDER BY task_id, idx"
+                ))
+                .bind(thread_id)
+                .bind(ns)
+                .bind(checkpoint_id),
+            )
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(PendingWrite {
+                    task_id: r.text("task_id")?,
+                    channel: r.text("channel")?,
+                    value: serde_json::from_str(&r.text("value")?)
+                        .map_err(|e| DbErr::corrupt(format!("pending write: {e}")))?,
+                })
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl CheckpointStore for SqlStore {
+    async fn put_checkpoint(&self, checkpoint: NewCheckpoint) -> Result<String> {
+        let thread_id = checkpoint.thread_id.as_str();
+        let ns = checkpoint.checkpoint_ns.as_str();
+        let (parent, parent_accounting) = match &checkpoint.parent_id {
+            None => (None, None),
+            Some(pid) => match self.cache.get(thread_id, ns, pid) {
+                Some(c) => {
+                    let acc = c.accounting.clone();
+                    (Some(c), Some(acc))
+                }
+                None => (
+                    None,
+                    Some(retry!(self.parent_accounting_once(thread_id, ns, pid))?),
+                ),
+            },
+        };
+        let mut prepared = self
+            .prepare(&checkpoint, parent.as_ref(), parent_accounting)
+            .map_err(super::db::DbErr::into_store)?;
+        // After the parent and after whatever this process knows to be the latest.
+        let after = match (
+            checkpoint.parent_id.clone(),
+            self.cache.cached_id(thread_id, ns),
+        ) {
+            (Some(p), Some(c)) => Some(p.max(c)),
+            (p, c) => p.or(c),
+        };
+        prepared.id = checkpoint_id_after(after.as_deref());
+        retry!(self.insert_checkpoint_once(&prepared))?;
+        self.cache.put(
+            thread_id,
+            ns,
+            Cached {
+                checkpoint_id: prepared.id.clone(),
+                state: Held::Weak(Arc::downgrade(&checkpoint.state)),
+                accounting: prepared.accounting,
+            },
+        );
+        Ok(prepared.id)
+    }
+
+    async fn get_checkpoint(
+        &self,
+        thread_id: &str,
+        checkpoint_ns: &str,
+        checkpoint_id: Option<&str>,
+    ) -> Result<Option<Checkpoint>> {
+        retry!(self.get_checkpoint_once(thread_id, checkpoint_ns, checkpoint_id))
+    }
+
+    async fn list_checkpoints(
+        &self,
+        thread_id: &str,
+        query: &HistoryQuery,
+    ) -> Result<Vec<Checkpoint>> {
+        retry!(self.list_checkpoints_once(thread_id, query))
+    }
+
+    async fn delete_checkpoints_for_run(&self, thread_id: &str, run_id: &str) -> Result<u64> {
+        retry!(self.delete_checkpoints_for_run_once(thread_id, run_id))
+    }
+
+    async fn patch_checkpoint_metadata(
+        &self,
+        thread_id: &str,
+        checkpoint_id: &str,
+        metadata: &Map<String, Value>,
+    ) -> Result<()> {
+        retry!(self.patch_checkpoint_metadata_once(thread_id, checkpoint_id, metadata))
+    }
+
+    async fn put_writes(
+        &self,
+        thread_id: &str,
+        checkpoint_ns: &str,
+        checkpoint_id: &str,
+        task_id: &str,
+        writes: Vec<(String, Value)>,
+    ) -> Result<()> {
+        retry!(self.put_writes_once(thread_id, checkpoint_ns, checkpoint_id, task_id, &writes))
+    }
+
+    async fn pending_writes(
+        &self,
+        thread_id: &str,
+        checkpoint_ns: &str,
+        checkpoint_id: &str,
+    ) -> Result<Vec<PendingWrite>> {
+        retry!(self.pending_writes_once(thread_id, checkpoint_ns, checkpoint_id))
+    }
+}

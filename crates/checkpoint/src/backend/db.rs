@@ -1,0 +1,852 @@
+//! The thin layer between the stores and sqlx: one query representation ([`Sql`]: text
+//! with `$N` placeholders plus owned arguments) that runs unchanged on SQLite and
+//! Postgres, rows that decode the same way from both, transactions, pools, migrations and
+//! the retry of transient failures.
+//!
+//! Both schemas store timestamps as integer microseconds and bind JSON through
+//! `sqlx::types::Json` (TEXT on SQLite, JSONB on Postgres), so most statements are shared;
+//! the few that differ are chosen with [`Dialect::pick`].
+
+use crate::{StoreError, types::JsonMap};
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use serde_json::value::RawValue;
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
+use sqlx::{
+    AssertSqlSafe, Database, Decode, PgPool, Postgres, Row as _, SqlStr, Sqlite, SqlitePool,
+    Transaction, Type,
+};
+use std::borrow::Cow;
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Transient failures (serialization failures, deadlocks, dropped connections) are retried
+/// this many times before the error is returned.
+pub(crate) const MAX_RETRIES: u32 = 3;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+impl Dialect {
+    /// The SQLite or the Postgres spelling of a statement.
+    pub fn pick(self, sqlite: &'static str, postgres: &'static str) -> &'static str {
+        match self {
+            Dialect::Sqlite => sqlite,
+            Dialect::Postgres => postgres,
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------ errors
+
+/// An internal error: either a store error already decided, or a database error that may
+/// still be retried or mapped (unique violations) by the caller.
+#[derive(Debug)]
+pub(crate) enum DbErr {
+    Store(StoreError),
+    Sql(sqlx::Error),
+}
+
+pub(crate) type DbResult<T> = std::result::Result<T, DbErr>;
+
+impl From<sqlx::Error> for DbErr {
+    fn from(e: sqlx::Error) -> Self {
+        DbErr::Sql(e)
+    }
+}
+
+impl From<StoreError> for DbErr {
+    fn from(e: StoreError) -> Self {
+        DbErr::Store(e)
+    }
+}
+
+impl DbErr {
+    pub fn not_found(msg: impl Into<String>) -> DbErr {
+        DbErr::Store(StoreError::NotFound(msg.into()))
+    }
+
+    pub fn conflict(msg: impl Into<String>) -> DbErr {
+        DbErr::Store(StoreError::Conflict(msg.into()))
+    }
+
+    pub fn invalid(msg: impl Into<String>) -> DbErr {
+        DbErr::Store(StoreError::Invalid(msg.into()))
+    }
+
+    pub fn corrupt(msg: impl Into<String>) -> DbErr {
+        DbErr::Store(StoreError::Corrupt(msg.into()))
+    }
+
+    pub fn is_unique_violation(&self) -> bool {
+        match self {
+            DbErr::Sql(e) => e
+                .as_database_error()
+                .is_some_and(|d| d.is_unique_violation()),
+            DbErr::Store(_) => false,
+        }
+    }
+
+    /// Worth retrying the whole operation: serialization failure, deadlock, a connection
+    /// that went away, or SQLite being busy.
+    pub fn is_transient(&self) -> bool {
+        let DbErr::Sql(e) = self else {
+            return false;
+        };
+        match e {
+            sqlx::Error::Io(_) => true,
+            sqlx::Error::Database(db) => {
+                let code = db.code();
+                let code = code.as_deref().unwrap_or_default();
+                matches!(
+                    code,
+                    // Postgres: serialization_failure, deadlock_detected, connection
+                    // exceptions, admin shutdown.
+                    "40001" | "40P01" | "57P01" | "57P02" | "57P03"
+                ) || code.starts_with("08")
+                    // SQLite: SQLITE_BUSY, SQLITE_LOCKED and their extended codes.
+                    || matches!(code, "5" | "6" | "261" | "262" | "517" | "773")
+            }
+            _ => false,
+        }
+    }
+
+    pub fn into_store(self) -> StoreError {
+        match self {
+            DbErr::Store(e) => e,
+            DbErr::Sql(sqlx::Error::RowNotFound) => {
+                StoreError::Database("a row the operation needed disappeared".to_string())
+            }
+            DbErr::Sql(sqlx::Error::Database(db)) if is_bad_data(db.code().as_deref()) => {
+                StoreError::Invalid(format!(
+                    "the database cannot store this value: {}",
+                    db.message()
+                ))
+            }
+            DbErr::Sql(e) => StoreError::Database(e.to_string()),
+        }
+    }
+}
+
+/// Deterministic refusals of a value: Postgres data exceptions (class 22) and limits
+/// (54000), SQLite `TOOBIG`.
+fn is_bad_data(code: Option<&str>) -> bool {
+    code.is_some_and(|c| c.starts_with("22") || c == "54000" || c == "18")
+}
+
+/// Runs `$op` (an expression producing a fresh future each time it is evaluated) and
+/// retries it on transient database errors, at most [`MAX_RETRIES`] times. Evaluates to
+/// `crate::Result<T>`.
+macro_rules! retry {
+    ($op:expr) => {{
+        let mut attempt: u32 = 0;
+        loop {
+            match $op.await {
+                Err(e) if attempt < $crate::backend::db::MAX_RETRIES && e.is_transient() => {
+                    attempt += 1;
+                    tracing::debug!(attempt, error = ?e, "retrying a transient database error");
+                    tokio::time::sleep(std::time::Duration::from_millis(4u64 << attempt)).await;
+                }
+                other => break other.map_err($crate::backend::db::DbErr::into_store),
+            }
+        }
+    }};
+}
+pub(crate) use retry;
+
+// ---------------------------------------------------------------------------- queries
+
+/// One bound argument. Every variant carries an `Option` so that NULLs keep their type
+/// (Postgres checks parameter types even for NULL).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Arg {
+    Text(Option<String>),
+    Int(Option<i64>),
+    Float(Option<f64>),
+    Bool(Option<bool>),
+    /// JSON text; bound as TEXT on SQLite and JSONB on Postgres.
+    Json(Option<String>),
+}
+
+impl Arg {
+    pub fn json(v: &Value) -> Arg {
+        Arg::Json(Some(v.to_string()))
+    }
+
+    pub fn json_map(v: &JsonMap) -> Arg {
+        Arg::Json(Some(
+            serde_json::to_string(v).unwrap_or_else(|_| "{}".to_string()),
+        ))
+    }
+
+    pub fn opt_json(v: Option<&Value>) -> Arg {
+        Arg::Json(v.map(Value::to_string))
+    }
+
+    pub fn ts(t: DateTime<Utc>) -> Arg {
+        Arg::Int(Some(crate::ids::to_micros(t)))
+    }
+
+    pub fn opt_ts(t: Option<DateTime<Utc>>) -> Arg {
+        Arg::Int(t.map(crate::ids::to_micros))
+    }
+}
+
+impl From<&str> for Arg {
+    fn from(v: &str) -> Arg {
+        Arg::Text(Some(v.to_string()))
+    }
+}
+impl From<&String> for Arg {
+    fn from(v: &String) -> Arg {
+        Arg::Text(Some(v.clone()))
+    }
+}
+impl From<String> for Arg {
+    fn from(v: String) -> Arg {
+        Arg::Text(Some(v))
+    }
+}
+impl From<Option<String>> for Arg {
+    fn from(v: Option<String>) -> Arg {
+        Arg::Text(v)
+    }
+}
+impl From<Option<&str>> for Arg {
+    fn from(v: Option<&str>) -> Arg {
+        Arg::Text(v.map(str::to_string))
+    }
+}
+impl From<i64> for Arg {
+    fn from(v: i64) -> Arg {
+        Arg::Int(Some(v))
+    }
+}
+impl From<Option<i64>> for Arg {
+    fn from(v: Option<i64>) -> Arg {
+        Arg::Int(v)
+    }
+}
+impl From<bool> for Arg {
+    fn from(v: bool) -> Arg {
+        Arg::Bool(Some(v))
+    }
+}
+impl From<Option<f64>> for Arg {
+    fn from(v: Option<f64>) -> Arg {
+        Arg::Float(v)
+    }
+}
+impl From<f64> for Arg {
+    fn from(v: f64) -> Arg {
+        Arg::Float(Some(v))
+    }
+}
+
+/// A statement and its arguments. Static text is the norm; dynamic text (search filters)
+/// is assembled only from fixed fragments and `$N` placeholders, never from input.
+#[derive(Debug)]
+pub(crate) struct Sql {
+    text: Cow<'static, str>,
+    args: Vec<Arg>,
+}
+
+impl Sql {
+    pub fn new(text: &'static str) -> Sql {
+        Sql {
+            text: Cow::Borrowed(text),
+            args: Vec::new(),
+        }
+    }
+
+    pub fn dynamic(text: String, args: Vec<Arg>) -> Sql {
+        Sql {
+            text: Cow::Owned(text),
+            args,
+        }
+    }
+
+    pub fn bind(mut self, arg: impl Into<Arg>) -> Sql {
+        self.args.push(arg.into());
+        self
+    }
+
+    pub fn arg(mut self, arg: Arg) -> Sql {
+        self.args.push(arg);
+        self
+    }
+
+    fn sql_str(text: Cow<'static, str>) -> SqlStr {
+        match text {
+            Cow::Borrowed(s) => SqlStr::from_static(s),
+            Cow::Owned(s) => sqlx::SqlSafeStr::into_sql_str(AssertSqlSafe(s)),
+        }
+    }
+
+    fn sqlite(self) -> sqlx::query::Query<'static, Sqlite, <Sqlite as Database>::Arguments> {
+        let mut q = sqlx::query::<Sqlite>(Sql::sql_str(self.text));
+        for a in self.args {
+            q = match a {
+                Arg::Text(v) | Arg::Json(v) => q.bind(v),
+                Arg::Int(v) => q.bind(v),
+                Arg::Float(v) => q.bind(v),
+                Arg::Bool(v) => q.bind(v),
+            };
+        }
+        q
+    }
+
+    fn postgres(
+        self,
+    ) -> DbResult<sqlx::query::Query<'static, Postgres, <Postgres as Database>::Arguments>> {
+        let mut q = sqlx::query::<Postgres>(Sql::sql_str(self.text));
+        for a in self.args {
+            q = match a {
+                Arg::Text(v) => q.bind(v),
+                Arg::Int(v) => q.bind(v),
+                Arg::Float(v) => q.bind(v),
+                Arg::Bool(v) => q.bind(v),
+                Arg::Json(v) => {
+                    let raw = match v {
+                        Some(text) => Some(sqlx::types::Json(
+                            RawValue::from_string(jsonb_safe(text))
+                                .map_err(|e| DbErr::invalid(format!("invalid JSON: {e}")))?,
+                        )),
+                        None => None,
+                    };
+                    q.bind(raw)
+                }
+            };
+        }
+        Ok(q)
+    }
+}
+
+/// Postgres `jsonb` cannot hold U+0000 in strings; such characters (which an LLM can
+/// produce) are stored as U+FFFD instead of failing the write. Checkpoint payloads are
+/// TEXT and keep them exactly.
+fn jsonb_safe(text: String) -> String {
+    if !text.contains("\\u0000") {
+        return text;
+    }
+    fn scrub(v: &mut Value) {
+        match v {
+            Value::String(s) if s.contains('\0') => *s = s.replace('\0', "\u{FFFD}"),
+            Value::Array(items) => items.iter_mut().for_each(scrub),
+            Value::Object(map) => {
+                let keys: Vec<String> = map.keys().filter(|k| k.contains('\0')).cloned().collect();
+                for k in keys {
+                    if let Some(val) = map.remove(&k) {
+                        map.insert(k.replace('\0', "\u{FFFD}"), val);
+                    }
+                }
+                map.values_mut().for_each(scrub);
+            }
+            _ => {}
+        }
+    }
+    match serde_json::from_str::<Value>(&text) {
+        Ok(mut v) => {
+            scrub(&mut v);
+            v.to_string()
+        }
+        Err(_) => text,
+    }
+}
+
+/// Builds the `$N` placeholders of a dynamic statement as its arguments are added.
+#[derive(Debug, Default)]
+pub(crate) struct Binds {
+    pub args: Vec<Arg>,
+}
+
+impl Binds {
+    pub fn new() -> Binds {
+        Binds::default()
+    }
+
+    /// Adds an argument and returns its placeholder.
+    pub fn push(&mut self, arg: impl Into<Arg>) -> String {
+        self.args.push(arg.into());
+        format!("${}", self.args.len())
+    }
+}
+
+// -------------------------------------------------------------------------------- rows
+
+/// A result row from either database.
+pub(crate) enum Row {
+    Sqlite(SqliteRow),
+    Pg(PgRow),
+}
+
+impl Row {
+    fn get<T>(&self, col: &str) -> DbResult<T>
+    where
+        T: for<'r> Decode<'r, Sqlite>
+            + Type<Sqlite>
+            + for<'r> Decode<'r, Postgres>
+            + Type<Postgres>,
+    {
+        let r = match self {
+            Row::Sqlite(r) => r.try_get::<T, _>(col),
+            Row::Pg(r) => r.try_get::<T, _>(col),
+        };
+        r.map_err(|e| DbErr::corrupt(format!("column {col}: {e}")))
+    }
+
+    pub fn text(&self, col: &str) -> DbResult<String> {
+        self.get(col)
+    }
+
+    pub fn opt_text(&self, col: &str) -> DbResult<Option<String>> {
+        self.get(col)
+    }
+
+    pub fn int(&self, col: &str) -> DbResult<i64> {
+        self.get(col)
+    }
+
+    pub fn opt_int(&self, col: &str) -> DbResult<Option<i64>> {
+        self.get(col)
+    }
+
+    pub fn opt_float(&self, col: &str) -> DbResult<Option<f64>> {
+        self.get(col)
+    }
+
+    pub fn boolean(&self, col: &str) -> DbResult<bool> {
+        self.get(col)
+    }
+
+    pub fn json(&self, col: &str) -> DbResult<Value> {
+        Ok(self.get::<sqlx::types::Json<Value>>(col)?.0)
+    }
+
+    pub fn opt_json(&self, col: &str) -> DbResult<Option<Value>> {
+        Ok(self
+            .get::<Option<sqlx::types::Json<Value>>>(col)?
+            .map(|j| j.0))
+    }
+
+    pub fn map(&self, col: &str) -> DbResult<JsonMap> {
+        match self.json(col)? {
+            Value::Object(m) => Ok(m),
+            other => Err(DbErr::corrupt(format!(
+                "column {col}: expected a JSON object, got {other}"
+            ))),
+        }
+    }
+
+    pub fn ts(&self, col: &str) -> DbResult<DateTime<Utc>> {
+        Ok(crate::ids::from_micros(self.int(col)?))
+    }
+
+    pub fn opt_ts(&self, col: &str) -> DbResult<Option<DateTime<Utc>>> {
+        Ok(self.opt_int(col)?.map(crate::ids::from_micros))
+    }
+}
+
+// ------------------------------------------------------------------------ transactions
+
+/// A write transaction. SQLite: `BEGIN IMMEDIATE` on the single writer connection, so
+/// transactions are serialized in-process. Postgres: `READ COMMITTED`; statements that
+/// derive a thread's status lock the thread row first (see the run store).
+pub(crate) enum Tx {
+    Sqlite(Transaction<'static, Sqlite>),
+    Pg(Transaction<'static, Postgres>),
+}
+
+impl Tx {
+    pub async fn all(&mut self, sql: Sql) -> DbResult<Vec<Row>> {
+        Ok(match self {
+            Tx::Sqlite(tx) => sql
+                .sqlite()
+                .fetch_all(&mut **tx)
+                .await?
+                .into_iter()
+                .map(Row::Sqlite)
+                .collect(),
+            Tx::Pg(tx) => sql
+                .postgres()?
+                .fetch_all(&mut **tx)
+                .await?
+                .into_iter()
+                .map(Row::Pg)
+                .collect(),
+        })
+    }
+
+    pub async fn opt(&mut self, sql: Sql) -> DbResult<Option<Row>> {
+        Ok(match self {
+            Tx::Sqlite(tx) => sql
+                .sqlite()
+                .fetch_optional(&mut **tx)
+                .await?
+                .map(Row::Sqlite),
+            Tx::Pg(tx) => sql
+                .postgres()?
+                .fetch_optional(&mut **tx)
+                .await?
+                .map(Row::Pg),
+        })
+    }
+
+    pub async fn exec(&mut self, sql: Sql) -> DbResult<u64> {
+        Ok(match self {
+            Tx::Sqlite(tx) => sql.sqlite().execute(&mut **tx).await?.rows_affected(),
+            Tx::Pg(tx) => sql.postgres()?.execute(&mut **tx).await?.rows_affected(),
+        })
+    }
+
+    pub async fn commit(self) -> DbResult<()> {
+        match self {
+            Tx::Sqlite(tx) => tx.commit().await?,
+            Tx::Pg(tx) => tx.commit().await?,
+        }
+        Ok(())
+    }
+}
+
+/// Where a read runs: on the read pool, or inside a write transaction (to see its own
+/// uncommitted changes).
+pub(crate) enum Exec<'a> {
+    Read(&'a Db),
+    Tx(&'a mut Tx),
+}
+
+impl Exec<'_> {
+    pub async fn all(&mut self, sql: Sql) -> DbResult<Vec<Row>> {
+        match self {
+            Exec::Read(db) => db.read_all(sql).await,
+            Exec::Tx(tx) => tx.all(sql).await,
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------- pools
+
+/// Tuning for [`Db::open_sqlite`] / [`Db::open_postgres`].
+#[derive(Clone, Debug)]
+pub(crate) struct PoolSettings {
+    pub sqlite_readers: u32,
+    pub pg_max_connections: u32,
+    pub acquire_timeout: Duration,
+}
+
+enum Pools {
+    Sqlite {
+        writer: SqlitePool,
+        readers: SqlitePool,
+        /// Background WAL checkpoints (see [`wal_checkpoints`]).
+        checkpointer: tokio::task::JoinHandle<()>,
+    },
+    Pg(PgPool),
+}
+
+pub(crate) struct Db {
+    pub dialect: Dialect,
+    pools: Pools,
+}
+
+fn migrator(dialect: Dialect) -> Migrator {
+    let files: &[(i64, &'static str, &'static str)] = match dialect {
+        Dialect::Sqlite => &[(
+            1,
+            "init",
+            include_str!("../../../../migrations/sqlite/0001_init.sql"),
+        )],
+        Dialect::Postgres => &[
+            (
+                1,
+                "init",
+                include_str!("../../../../migrations/postgres/0001_init.sql"),
+            ),
+            (
+                2,
+                "claim function",
+                include_str!("../../../../migrations/postgres/0002_claim_function.sql"),
+            ),
+        ],
+    };
+    Migrator::with_migrations(
+        files
+            .iter()
+            .map(|(version, description, sql)| {
+                Migration::new(
+                    *version,
+                    Cow::Borrowed(*description),
+                    MigrationType::Simple,
+                    SqlStr::from_static(sql),
+                    false,
+                )
+            })
+            .collect(),
+    )
+}
+
+fn db_error(context: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Database(format!("{context}: {e}"))
+}
+
+/// Copies the WAL back into the database every 250 ms from a read connection
+/// (`PASSIVE`: it never waits for, nor blocks, the writer). A checkpoint syncs the database
+/// file; run by the writer on commit (SQLite's default) that sync stalls every write
+/// queued behind it whenever the disk is slow.
+async fn wal_checkpoints(readers: SqlitePool) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        if readers.is_closed() {
+            return;
+        }
+        if let Err(e) = sqlx::query::<Sqlite>("PRAGMA wal_checkpoint(PASSIVE)")
+            .execute(&readers)
+            .await
+        {
+            tracing::debug!(error = %e, "background WAL checkpoint failed");
+        }
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        if let Pools::Sqlite { checkpointer, .. } = &self.pools {
+            checkpointer.abort();
+        }
+    }
+}
+
+/// A Postgres schema name we are willing to put into `CREATE SCHEMA` and `search_path`.
+pub(crate) fn valid_schema_name(schema: &str) -> bool {
+    let mut chars = schema.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && schema.len() <= 63
+}
+
+impl Db {
+    /// Opens (creating the file and its directory) and migrates a SQLite database: WAL,
+    /// `synchronous=NORMAL`, a busy timeout, one writer connection and a pool of readers.
+    pub async fn open_sqlite(path: &Path, settings: &PoolSettings) -> crate::Result<Db> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            tokio::fs::create_dir_all(dir)
+                .await
+                .map_err(|e| db_error(&format!("cannot create directory {}", dir.display()), e))?;
+        }
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(false)
+            .pragma("temp_store", "memory")
+            // Checkpoints normally run in the background (see `wal_checkpoints`); this is
+            // the writer's own fallback if the WAL still grows past ~32 MiB.
+            .pragma("wal_autocheckpoint", "8192")
+            .statement_cache_capacity(256);
+        // No ping before each use: a broken connection surfaces as an error that the
+        // caller retries (see `retry!`), instead of one extra round trip per operation.
+        let writer = SqlitePoolOptions::new()
+            .test_before_acquire(false)
+            .max_connections(1)
+            .min_connections(1)
+            .acquire_timeout(settings.acquire_timeout)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .connect_with(options.clone())
+            .await
+            .map_err(|e| db_error(&format!("cannot open {}", path.display()), e))?;
+        migrator(Dialect::Sqlite)
+            .run(&writer)
+            .await
+            .map_err(|e| db_error("migrating the SQLite database failed", e))?;
+        let readers = SqlitePoolOptions::new()
+            .test_before_acquire(false)
+            .max_connections(settings.sqlite_readers.max(1))
+            .acquire_timeout(settings.acquire_timeout)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .connect_with(options)
+            .await
+            .map_err(|e| db_error(&format!("cannot open {}", path.display()), e))?;
+        Ok(Db {
+            dialect: Dialect::Sqlite,
+            pools: Pools::Sqlite {
+                checkpointer: tokio::spawn(wal_checkpoints(readers.clone())),
+                writer,
+                readers,
+            },
+        })
+    }
+
+    /// Connects to Postgres, creates `schema` if needed (every pooled connection then has
+    /// it as its `search_path`), and migrates.
+    pub async fn open_postgres(
+        url: &str,
+        schema: Option<&str>,
+        settings: &PoolSettings,
+    ) -> crate::Result<Db> {
+        let mut options = PgConnectOptions::from_str(url)
+            .map_err(|e| StoreError::Invalid(format!("invalid Postgres URL: {e}")))?;
+        if let Some(schema) = schema {
+            if !valid_schema_name(schema) {
+                return Err(StoreError::Invalid(format!(
+                    "invalid Postgres schema name {schema:?}: use letters, digits and _"
+                )));
+            }
+            let admin = PgPoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(settings.acquire_timeout)
+                .connect_with(options.clone())
+                .await
+                .map_err(|e| db_error("cannot connect to Postgres", e))?;
+            let create = format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"");
+            let created = sqlx::query::<Postgres>(AssertSqlSafe(create))
+                .execute(&admin)
+                .await;
+            admin.close().await;
+            if let Err(e) = created {
+                // Two processes creating the same schema at once: one of them loses the
+                // race on the catalog's unique index, and the schema exists either way.
+                if !DbErr::Sql(e).is_unique_violation() {
+                    return Err(StoreError::Database(format!(
+                        "cannot create schema {schema}"
+                    )));
+                }
+            }
+            options = options.options([("search_path", schema)]);
+        }
+        let pool = PgPoolOptions::new()
+            .test_before_acquire(false)
+            .max_connections(settings.pg_max_connections.max(1))
+            .acquire_timeout(settings.acquire_timeout)
+            .connect_with(options)
+            .await
+            .map_err(|e| db_error("cannot connect to Postgres", e))?;
+        migrator(Dialect::Postgres)
+            .run(&pool)
+            .await
+            .map_err(|e| db_error("migrating the Postgres database failed", e))?;
+        Ok(Db {
+            dialect: Dialect::Postgres,
+            pools: Pools::Pg(pool),
+        })
+    }
+
+    /// Begins a write transaction.
+    pub async fn begin(&self) -> DbResult<Tx> {
+        Ok(match &self.pools {
+            Pools::Sqlite { writer, .. } => Tx::Sqlite(writer.begin_with("BEGIN IMMEDIATE").await?),
+            Pools::Pg(pool) => Tx::Pg(pool.begin().await?),
+        })
+    }
+
+    /// Runs a read-only statement outside any transaction.
+    pub async fn read_all(&self, sql: Sql) -> DbResult<Vec<Row>> {
+        Ok(match &self.pools {
+            Pools::Sqlite { readers, .. } => sql
+                .sqlite()
+                .fetch_all(readers)
+                .await?
+                .into_iter()
+                .map(Row::Sqlite)
+                .collect(),
+            Pools::Pg(pool) => sql
+                .postgres()?
+                .fetch_all(pool)
+                .await?
+                .into_iter()
+                .map(Row::Pg)
+                .collect(),
+        })
+    }
+
+    pub async fn read_opt(&self, sql: Sql) -> DbResult<Option<Row>> {
+        Ok(match &self.pools {
+            Pools::Sqlite { readers, .. } => {
+                sql.sqlite().fetch_optional(readers).await?.map(Row::Sqlite)
+            }
+            Pools::Pg(pool) => sql.postgres()?.fetch_optional(pool).await?.map(Row::Pg),
+        })
+    }
+
+    /// Runs one writing statement on its own (autocommit).
+    pub async fn write_opt(&self, sql: Sql) -> DbResult<Option<Row>> {
+        Ok(match &self.pools {
+            Pools::Sqlite { writer, .. } => {
+                sql.sqlite().fetch_optional(writer).await?.map(Row::Sqlite)
+            }
+            Pools::Pg(pool) => sql.postgres()?.fetch_optional(pool).await?.map(Row::Pg),
+        })
+    }
+
+    pub async fn write_exec(&self, sql: Sql) -> DbResult<u64> {
+        Ok(match &self.pools {
+            Pools::Sqlite { writer, .. } => sql.sqlite().execute(writer).await?.rows_affected(),
+            Pools::Pg(pool) => sql.postgres()?.execute(pool).await?.rows_affected(),
+        })
+    }
+
+    pub async fn ping(&self) -> bool {
+        self.read_opt(Sql::new("SELECT 1")).await.is_ok()
+    }
+
+    pub async fn close(&self) {
+        match &self.pools {
+            Pools::Sqlite {
+                writer,
+                readers,
+                checkpointer,
+            } => {
+                checkpointer.abort();
+                readers.close().await;
+                writer.close().await;
+            }
+            Pools::Pg(pool) => pool.close().await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_names() {
+        assert!(valid_schema_name("fawn"));
+        assert!(valid_schema_name("_t_123"));
+        assert!(!valid_schema_name("1abc"));
+        assert!(!valid_schema_name("a-b"));
+        assert!(!valid_schema_name("a\"; drop"));
+        assert!(!valid_schema_name(""));
+    }
+
+    #[test]
+    fn nul_characters_are_replaced_only_for_jsonb() {
+        let v = serde_json::json!({"a\u{0}": ["x\u{0}y", {"k": "\\u0000 literal"}]});
+        let out: Value = serde_json::from_str(&jsonb_safe(v.to_string())).unwrap();
+        assert_eq!(
+            out,
+            serde_json::json!({"a\u{FFFD}": ["x\u{FFFD}y", {"k": "\\u0000 literal"}]})
+        );
+        let plain = serde_json::json!({"k": "\\u0000 literal"}).to_string();
+        assert_eq!(jsonb_safe(plain.clone()), plain);
+    }
+
+    #[test]
+    fn binds_number_placeholders() {
+        let mut b = Binds::new();
+        assert_eq!(b.push("a"), "$1");
+        assert_eq!(b.push(2i64), "$2");
+        assert_eq!(b.args.len(), 2);
+    }
+}

@@ -1,0 +1,575 @@
+//! The SQL implementation of [`Persistence`], shared by SQLite and Postgres.
+//!
+//! Statements use `$N` placeholders, integer-microsecond timestamps and JSON bound through
+//! `sqlx::types::Json`, so almost all of them run unchanged on both databases; the
+//! differences (row locks, `SKIP LOCKED`, JSON containment) go through [`Dialect`].
+//!
+//! Concurrency: SQLite serializes every write transaction on one writer connection
+//! (`BEGIN IMMEDIATE`), so each operation is trivially atomic. Postgres runs at `READ
+//! COMMITTED`; an operation that derives a thread's status first updates the run rows it
+//! changes, then locks the thread row (`SELECT … FOR UPDATE`) and only then reads the
+//! thread's active runs, so concurrent run changes on one thread serialize on that row and
+//! the status is always computed from committed data. Transient errors are retried.
+
+mod assistants;
+mod chain;
+mod checkpoints;
+mod crons;
+pub(crate) mod db;
+mod items;
+mod runs;
+mod threads;
+
+use crate::cache::StateCache;
+use crate::json::{json_equal, map_contains};
+use crate::types::*;
+use crate::{BackendConfig, OpenOptions, Persistence, Result};
+use async_trait::async_trait;
+use db::{Arg, Binds, Db, DbErr, DbResult, Dialect, PoolSettings, Row, Sql, Tx, retry};
+use serde_json::{Map, Value};
+
+/// Columns of `threads`, in the order every thread query selects them.
+macro_rules! thread_cols {
+    () => {
+        "thread_id, created_at, updated_at, state_updated_at, metadata, status, config, \
+         state_values, interrupts, error, has_next, ttl_minutes, ttl_strategy, expires_at"
+    };
+}
+pub(crate) use thread_cols;
+
+macro_rules! run_cols {
+    () => {
+        "seq, run_id, thread_id, assistant_id, created_at, updated_at, status, metadata, \
+         kwargs, multitask_strategy, attempt, available_at, cancel_requested, error, \
+         stop_reason, owner, lease_expires_at"
+    };
+}
+pub(crate) use run_cols;
+
+/// The one backend type: a database plus the latest-state cache.
+pub(crate) struct SqlStore {
+    db: Db,
+    cache: StateCache,
+}
+
+impl SqlStore {
+    pub async fn open(config: &BackendConfig, options: &OpenOptions) -> Result<SqlStore> {
+        let settings = PoolSettings {
+            sqlite_readers: options.sqlite_readers,
+            pg_max_connections: options.pg_max_connections,
+            acquire_timeout: options.acquire_timeout,
+        };
+        let db = match config {
+            BackendConfig::Sqlite { path } => Db::open_sqlite(path, &settings).await?,
+            BackendConfig::Postgres { url, schema } => {
+                Db::open_postgres(url, schema.as_deref(), &settings).await?
+            }
+        };
+        Ok(SqlStore {
+            db,
+            cache: StateCache::new(options.cache_entries, options.cache_bytes),
+        })
+    }
+
+    fn dialect(&self) -> Dialect {
+        self.db.dialect
+    }
+
+    async fn truncate_once(&self, what: &Truncate) -> DbResult<()> {
+        let mut tx = self.db.begin().await?;
+        if what.runs {
+            tx.exec(Sql::new("DELETE FROM runs")).await?;
+            tx.exec(Sql::new("DELETE FROM crons")).await?;
+        }
+        if what.threads {
+            tx.exec(Sql::new("DELETE FROM threads")).await?;
+        } else if what.runs {
+            tx.exec(Sql::new(concat!(
+                "UPDATE threads SET status = CASE WHEN error IS NOT NULL THEN 'error' ",
+                "WHEN has_next THEN 'interrupted' ELSE 'idle' END"
+            )))
+            .await?;
+        }
+        if what.checkpointer {
+            tx.exec(Sql::new("DELETE FROM checkpoints")).await?;
+            tx.exec(Sql::new("DELETE FROM checkpoint_writes")).await?;
+        }
+        if what.assistants {
+            let not_system = self.dialect().pick(
+                "json_extract(metadata, '$.created_by') IS NOT 'system'",
+                "metadata->>'created_by' IS DISTINCT FROM 'system'",
+            );
+            tx.exec(Sql::dynamic(
+                format!(
+                    "DELETE FROM assistant_versions WHERE assistant_id IN \
+                     (SELECT assistant_id FROM assistants WHERE {not_system})"
+                ),
+                Vec::new(),
+            ))
+            .await?;
+            tx.exec(Sql::dynamic(
+                format!("DELETE FROM assistants WHERE {not_system}"),
+                Vec::new(),
+            ))
+            .await?;
+        }
+        if what.store {
+            tx.exec(Sql::new("DELETE FROM store_items")).await?;
+        }
+        tx.commit().await?;
+        self.cache.clear();
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Persistence for SqlStore {
+    fn backend(&self) -> &'static str {
+        match self.dialect() {
+            Dialect::Sqlite => "sqlite",
+            Dialect::Postgres => "postgres",
+        }
+    }
+
+    async fn ping(&self) -> bool {
+        self.db.ping().await
+    }
+
+    async fn truncate(&self, what: &Truncate) -> Result<()> {
+        retry!(self.truncate_once(what))
+    }
+
+    async fn close(&self) {
+        self.db.close().await;
+        self.cache.clear();
+    }
+}
+
+// ------------------------------------------------------------------------ conversions
+
+fn parse_enum<T>(col: &str, text: &str, parse: impl Fn(&str) -> Option<T>) -> DbResult<T> {
+    parse(text).ok_or_else(|| DbErr::corrupt(format!("column {col}: unknown value {text:?}")))
+}
+
+pub(crate) fn prune_strategy_str(s: PruneStrategy) -> &'static str {
+    match s {
+        PruneStrategy::Delete => "delete",
+        PruneStrategy::KeepLatest => "keep_latest",
+    }
+}
+
+fn parse_prune_strategy(s: &str) -> Option<PruneStrategy> {
+    match s {
+        "delete" => Some(PruneStrategy::Delete),
+        "keep_latest" => Some(PruneStrategy::KeepLatest),
+        _ => None,
+    }
+}
+
+fn parse_multitask(s: &str) -> Option<MultitaskStrategy> {
+    match s {
+        "reject" => Some(MultitaskStrategy::Reject),
+        "interrupt" => Some(MultitaskStrategy::Interrupt),
+        "rollback" => Some(MultitaskStrategy::Rollback),
+        "enqueue" => Some(MultitaskStrategy::Enqueue),
+        _ => None,
+    }
+}
+
+pub(crate) fn cancel_action_str(a: CancelAction) -> &'static str {
+    match a {
+        CancelAction::Interrupt => "interrupt",
+        CancelAction::Rollback => "rollback",
+    }
+}
+
+fn parse_cancel_action(s: &str) -> Option<CancelAction> {
+    match s {
+        "interrupt" => Some(CancelAction::Interrupt),
+        "rollback" => Some(CancelAction::Rollback),
+        _ => None,
+    }
+}
+
+pub(crate) fn thread_from_row(r: &Row) -> DbResult<Thread> {
+    let ttl = match r.opt_float("ttl_minutes")? {
+        Some(minutes) => Some(ThreadTtl {
+            minutes,
+            strategy: match r.opt_text("ttl_strategy")? {
+                Some(s) => parse_enum("ttl_strategy", &s, parse_prune_strategy)?,
+                None => PruneStrategy::Delete,
+            },
+        }),
+        None => None,
+    };
+    Ok(Thread {
+        thread_id: r.text("thread_id")?,
+        created_at: r.ts("created_at")?,
+        updated_at: r.ts("updated_at")?,
+        state_updated_at: r.ts("state_updated_at")?,
+        metadata: r.map("metadata")?,
+        status: parse_enum("status", &r.text("status")?, ThreadStatus::parse)?,
+        config: r.map("config")?,
+        values: r.opt_json("state_values")?,
+        interrupts: r.map("interrupts")?,
+        error: r.opt_json("error")?,
+        ttl,
+        expires_at: r.opt_ts("expires_at")?,
+    })
+}
+
+pub(crate) fn run_from_row(r: &Row) -> DbResult<Run> {
+    Ok(Run {
+        run_id: r.text("run_id")?,
+        thread_id: r.text("thread_id")?,
+        assistant_id: r.text("assistant_id")?,
+        created_at: r.ts("created_at")?,
+        updated_at: r.ts("updated_at")?,
+        status: parse_enum("status", &r.text("status")?, RunStatus::parse)?,
+        metadata: r.map("metadata")?,
+        kwargs: r.map("kwargs")?,
+        multitask_strategy: parse_enum(
+            "multitask_strategy",
+            &r.text("multitask_strategy")?,
+            parse_multitask,
+        )?,
+        attempt: u32::try_from(r.int("attempt")?).unwrap_or(u32::MAX),
+        available_at: r.ts("available_at")?,
+        cancel_requested: match r.opt_text("cancel_requested")? {
+            Some(s) => Some(parse_enum("cancel_requested", &s, parse_cancel_action)?),
+            None => None,
+        },
+        error: r.opt_json("error")?,
+        stop_reason: r.opt_text("stop_reason")?,
+        owner: r.opt_text("owner")?,
+        lease_expires_at: r.opt_ts("lease_expires_at")?,
+    })
+}
+
+// ---------------------------------------------------------------------------- filters
+
+/// A WHERE clause under construction, with the checks SQL could not express (SQLite JSON
+/// containment of nested values) left for Rust.
+pub(crate) struct Where {
+    pub dialect: Dialect,
+    pub binds: Binds,
+    clauses: Vec<String>,
+    /// `(column, filter)`: the row's JSON in `column` must contain `filter`.
+    post: Vec<(&'static str, Map<String, Value>)>,
+    /// `(column, filter)`: each key of `filter` equals that field of the row's JSON.
+    post_eq: Vec<(&'static str, Map<String, Value>)>,
+}
+
+impl Where {
+    pub fn new(dialect: Dialect) -> Where {
+        Where {
+            dialect,
+            binds: Binds::new(),
+            clauses: Vec::new(),
+            post: Vec::new(),
+            post_eq: Vec::new(),
+        }
+    }
+
+    /// Adds a fixed SQL condition.
+    pub fn clause(&mut self, sql: impl Into<String>) {
+        self.clauses.push(sql.into());
+    }
+
+    /// `column = value`.
+    pub fn eq(&mut self, column: &str, value: impl Into<Arg>) {
+        let p = self.binds.push(value);
+        self.clauses.push(format!("{column} = {p}"));
+    }
+
+    /// Equality of top-level fields: `column->key = value` for every key of `filter`.
+    pub fn fields_equal(&mut self, column: &'static str, filter: &Map<String, Value>) {
+        if filter.is_empty() {
+            return;
+        }
+        match self.dialect {
+            Dialect::Postgres => {
+                for (key, value) in filter {
+                    let k = self.binds.push(key.as_str());
+                    let v = self.binds.push(Arg::json(value));
+                    self.clauses.push(format!("{column} -> {k} = {v}"));
+                }
+            }
+            Dialect::Sqlite => {
+                // For scalars, containment at a key is equality; nested values get an exact
+                // check in Rust.
+                if self.sqlite_key_clauses(column, filter) {
+                    self.post_eq.push((column, filter.clone()));
+                }
+            }
+        }
+    }
+
+    /// JSON containment: the object in `column` contains `filter` (jsonb `@>`).
+    pub fn contains(&mut self, column: &'static str, filter: &Map<String, Value>) {
+        if filter.is_empty() {
+            return;
+        }
+        match self.dialect {
+            Dialect::Postgres => {
+                let p = self.binds.push(Arg::json_map(filter));
+                self.clauses.push(format!("{column} @> {p}"));
+            }
+            Dialect::Sqlite => {
+                if self.sqlite_key_clauses(column, filter) {
+                    self.post.push((column, filter.clone()));
+                }
+            }
+        }
+    }
+
+    /// SQLite conditions on each top-level key of `filter`: type and value for scalars, type
+    /// only for objects and arrays. Returns true when Rust must finish the check.
+    fn sqlite_key_clauses(&mut self, column: &'static str, filter: &Map<String, Value>) -> bool {
+        // Top-level scalars are checked in SQL; nested objects and arrays get a type
+        // check in SQL and the full containment check in Rust.
+        let mut post = false;
+        for (key, value) in filter {
+            if key.contains('"') || key.contains('\\') {
+                post = true;
+                continue;
+            }
+            let path = self.binds.push(format!("$.\"{key}\""));
+            let ty = format!("json_type({column}, {path})");
+            let clause = match value {
+                Value::String(s) => {
+                    let p = self.binds.push(s.as_str());
+                    format!("({ty} = 'text' AND json_extract({column}, {path}) = {p})")
+                }
+                Value::Number(n) => {
+                    let p = match n.as_i64() {
+                        Some(i) => self.binds.push(i),
+                        None => {
+                            post = true;
+                            self.binds.push(n.as_f64().unwrap_or(f64::NAN))
+                        }
+                    };
+                    format!(
+                        "({ty} IN ('integer', 'real') AND json_extract({column}, {path}) = {p})"
+                    )
+                }
+                Value::Bool(true) => format!("{ty} = 'true'"),
+                Value::Bool(false) => format!("{ty} = 'false'"),
+                Value::Null => format!("{ty} = 'null'"),
+                Value::Object(_) => {
+                    post = true;
+                    format!("{ty} = 'object'")
+                }
+                Value::Array(_) => {
+                    post = true;
+                    format!("{ty} = 'array'")
+                }
+            };
+            self.clauses.push(clause);
+        }
+        post
+    }
+
+    /// `column IN (…)`; an empty list matches nothing.
+    pub fn in_list(&mut self, column: &str, values: &[String]) {
+        if values.is_empty() {
+            self.clauses.push("1 = 0".to_string());
+            return;
+        }
+        let ps: Vec<String> = values.iter().map(|v| self.binds.push(v)).collect();
+        self.clauses
+            .push(format!("{column} IN ({})", ps.join(", ")));
+    }
+
+    pub fn sql(&self) -> String {
+        if self.clauses.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", self.clauses.join(" AND "))
+        }
+    }
+
+    /// Whether some conditions are left for [`Where::passes`].
+    pub fn has_post(&self) -> bool {
+        !self.post.is_empty() || !self.post_eq.is_empty()
+    }
+
+    fn passes(&self, row: &Row) -> DbResult<bool> {
+        for (column, filter) in &self.post {
+            if !map_contains(row.opt_json(column)?.as_ref(), filter) {
+                return Ok(false);
+            }
+        }
+        for (column, filter) in &self.post_eq {
+            let doc = row.opt_json(column)?;
+            let ok = filter.iter().all(|(k, v)| {
+                doc.as_ref()
+                    .and_then(|d| d.get(k))
+                    .is_some_and(|actual| json_equal(actual, v))
+            });
+            if !ok {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// `LIMIT`/`OFFSET` for a page (`limit == 0`: no limit).
+fn limit_sql(dialect: Dialect, binds: &mut Binds, limit: u64, offset: u64) -> String {
+    let mut s = String::new();
+    if limit != 0 {
+        let p = binds.push(clamp_i64(limit));
+        s.push_str(&format!(" LIMIT {p}"));
+    } else if offset != 0 && dialect == Dialect::Sqlite {
+        // SQLite has no OFFSET without LIMIT; a negative limit means none.
+        s.push_str(" LIMIT -1");
+    }
+    if offset != 0 {
+        let p = binds.push(clamp_i64(offset));
+        s.push_str(&format!(" OFFSET {p}"));
+    }
+    s
+}
+
+pub(crate) fn clamp_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// `SELECT {cols} FROM {from} … ORDER BY {order}`.
+pub(crate) struct Select<'a> {
+    pub cols: &'a str,
+    pub from: &'a str,
+    pub order: &'a str,
+}
+
+impl SqlStore {
+    /// Runs `SELECT {cols} FROM {from}{where} ORDER BY {order}` for one page, with the
+    /// total number of matches.
+    async fn search_page<T>(
+        &self,
+        select: Select<'_>,
+        mut filter: Where,
+        limit: u64,
+        offset: u64,
+        decode: fn(&Row) -> DbResult<T>,
+    ) -> DbResult<Page<T>> {
+        let Select { cols, from, order } = select;
+        let where_sql = filter.sql();
+        if filter.has_post() {
+            // Some conditions are checked in Rust: read every candidate, then page.
+            let text = format!("SELECT {cols} FROM {from}{where_sql} ORDER BY {order}");
+            let rows = self
+                .db
+                .read_all(Sql::dynamic(text, std::mem::take(&mut filter.binds.args)))
+                .await?;
+            let mut matched = Vec::new();
+            for row in &rows {
+                if filter.passes(row)? {
+                    matched.push(decode(row)?);
+                }
+            }
+            let total = matched.len() as u64;
+            let start = usize::try_from(offset)
+                .unwrap_or(usize::MAX)
+                .min(matched.len());
+            let mut items = matched.split_off(start);
+            if limit != 0 {
+                items.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+            }
+            return Ok(Page { items, total });
+        }
+        let count_args = filter.binds.args.clone();
+        let page = limit_sql(filter.dialect, &mut filter.binds, limit, offset);
+        let text = format!(
+            "SELECT {cols}, COUNT(*) OVER () AS total_count FROM {from}{where_sql} \
+             ORDER BY {order}{page}"
+        );
+        let rows = self
+            .db
+            .read_all(Sql::dynamic(text, filter.binds.args))
+            .await?;
+        let total = match rows.first() {
+            Some(r) => u64::try_from(r.int("total_count")?).unwrap_or(0),
+            None if offset > 0 => {
+                let text = format!("SELECT COUNT(*) AS n FROM {from}{where_sql}");
+                let row = self.db.read_opt(Sql::dynamic(text, count_args)).await?;
+                match row {
+                    Some(r) => u64::try_from(r.int("n")?).unwrap_or(0),
+                    None => 0,
+                }
+            }
+            None => 0,
+        };
+        let items = rows.iter().map(decode).collect::<DbResult<Vec<T>>>()?;
+        Ok(Page { items, total })
+    }
+
+    /// The number of rows matching `filter`.
+    async fn count_matching(&self, cols: &str, from: &str, filter: Where) -> DbResult<u64> {
+        if !filter.has_post() {
+            let text = format!("SELECT COUNT(*) AS n FROM {from}{}", filter.sql());
+            let row = self
+                .db
+                .read_opt(Sql::dynamic(text, filter.binds.args))
+                .await?;
+            return Ok(match row {
+                Some(r) => u64::try_from(r.int("n")?).unwrap_or(0),
+                None => 0,
+            });
+        }
+        let text = format!("SELECT {cols} FROM {from}{}", filter.sql());
+        let rows = self
+            .db
+            .read_all(Sql::dynamic(text, filter.binds.args.clone()))
+            .await?;
+        let mut n = 0;
+        for row in &rows {
+            if filter.passes(row)? {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// `ASC` / `DESC`.
+pub(crate) fn dir(order: SortOrder) -> &'static str {
+    match order {
+        SortOrder::Asc => "ASC",
+        SortOrder::Desc => "DESC",
+    }
+}
+
+/// The derived status of a thread, as one UPDATE: busy while a run is pending or
+/// running, else error / interrupted / idle from what its last run left.
+pub(crate) const REFRESH_THREAD_STATUS: &str = concat!(
+    "UPDATE threads SET status = CASE ",
+    "WHEN EXISTS (SELECT 1 FROM runs WHERE runs.thread_id = threads.thread_id ",
+    "AND runs.status IN ('pending', 'running')) THEN 'busy' ",
+    "WHEN error IS NOT NULL THEN 'error' ",
+    "WHEN has_next THEN 'interrupted' ",
+    "ELSE 'idle' END ",
+    "WHERE thread_id = $1"
+);
+
+/// Locks a thread row for the rest of the transaction (Postgres; SQLite's writer already
+/// holds the database). Returns false when the thread does not exist.
+pub(crate) async fn lock_thread(tx: &mut Tx, dialect: Dialect, thread_id: &str) -> DbResult<bool> {
+    let sql = dialect.pick(
+        "SELECT thread_id FROM threads WHERE thread_id = $1",
+        "SELECT thread_id FROM threads WHERE thread_id = $1 FOR UPDATE",
+    );
+    Ok(tx.opt(Sql::new(sql).bind(thread_id)).await?.is_some())
+}
+
+/// Recomputes a thread's status inside `tx` (after [`lock_thread`]).
+pub(crate) async fn refresh_thread_status(tx: &mut Tx, thread_id: &str) -> DbResult<()> {
+    tx.exec(Sql::new(REFRESH_THREAD_STATUS).bind(thread_id))
+        .await?;
+    Ok(())
+}
+
+pub(crate) fn thread_not_found(thread_id: &str) -> DbErr {
+    DbErr::not_found(format!("Thread with ID {thread_id} not found"))
+}

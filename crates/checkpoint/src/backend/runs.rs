@@ -1,0 +1,685 @@
+//! [`RunStore`]: the runs table is the run queue.
+//!
+//! A run is claimable when it is pending, due, and no other run of its thread is running
+//! or was queued before it (FIFO per thread, at most one running run per thread — also
+//! enforced by a partial unique index). Claims set a lease the worker extends with
+//! heartbeats; the reaper requeues runs whose lease expired (they resume from their last
+//! checkpoint) until the attempt bound, then fails them with `orphan_recovered`.
+
+use super::checkpoints::delete_run_checkpoints;
+use super::db::{Arg, DbErr, DbResult, Dialect, Sql, Tx, retry};
+use super::threads::{apply_summary, refresh_expiry};
+use super::{
+    SqlStore, cancel_action_str, clamp_i64, lock_thread, refresh_thread_status, run_cols,
+    run_from_row, thread_not_found,
+};
+use crate::ids::{self, new_uuid7, plus_seconds};
+use crate::types::*;
+use crate::{Result, RunStore};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::json;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// LangGraph's text for `multitask_strategy: reject` on a busy thread.
+pub const REJECT_DETAIL: &str = "Thread is already running a task. Wait for it to finish or choose a different multitask strategy.";
+
+/// `stop_reason` of a run given up on after its workers kept disappearing.
+pub const ORPHAN_RECOVERED: &str = "orphan_recovered";
+
+/// Reaped per call at most (the reaper runs periodically).
+const REAP_BATCH: i64 = 256;
+
+/// The condition "run `r` is the next one of its thread": nothing of its thread is running
+/// or queued before it.
+macro_rules! head_of_thread {
+    ($r:literal) => {
+        concat!(
+            "NOT EXISTS (SELECT 1 FROM runs o WHERE o.thread_id = ",
+            $r,
+            ".thread_id AND o.seq <> ",
+            $r,
+            ".seq AND o.status IN ('pending', 'running') ",
+            "AND (o.status = 'running' OR (o.created_at < ",
+            $r,
+            ".created_at OR (o.created_at = ",
+            $r,
+            ".created_at AND o.seq < ",
+            $r,
+            ".seq))))"
+        )
+    };
+}
+
+const CLAIM_NEXT_SQLITE: &str = concat!(
+    "UPDATE runs SET status = 'running', attempt = attempt + 1, owner = $1, ",
+    "lease_expires_at = $2, updated_at = $3 WHERE seq = (",
+    "SELECT r.seq FROM runs r WHERE r.status = 'pending' AND r.available_at <= $3 AND ",
+    head_of_thread!("r"),
+    " ORDER BY r.created_at, r.seq LIMIT 1) RETURNING ",
+    run_cols!()
+);
+
+/// The same claim, through the function of `migrations/postgres/0002_claim_function.sql`
+/// (`FOR UPDATE SKIP LOCKED`, planned with `enable_sort = off`).
+const CLAIM_NEXT_POSTGRES: &str = concat!(
+    "SELECT ",
+    run_cols!(),
+    " FROM fawn_claim_next_run($1, $2, $3)"
+);
+
+const CLAIM_ONE: &str = concat!(
+    "UPDATE runs SET status = 'running', attempt = attempt + 1, owner = $1, ",
+    "lease_expires_at = $2, updated_at = $3 WHERE run_id = $4 AND status = 'pending' ",
+    "AND available_at <= $3 AND ",
+    head_of_thread!("runs"),
+    " RETURNING ",
+    run_cols!()
+);
+
+fn lease_until(now: DateTime<Utc>, lease: Duration) -> DateTime<Utc> {
+    plus_seconds(now, lease.as_secs_f64())
+}
+
+fn not_owned(run_id: &str, worker_id: &str) -> DbErr {
+    DbErr::not_found(format!("Run {run_id} is not running on worker {worker_id}"))
+}
+
+/// Locks (in a fixed order, Postgres) and refreshes the status of these threads.
+async fn refresh_threads(tx: &mut Tx, dialect: Dialect, threads: BTreeSet<String>) -> DbResult<()> {
+    for thread_id in threads {
+        if lock_thread(tx, dialect, &thread_id).await? {
+            refresh_thread_status(tx, &thread_id).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Ends a run that was asked to stop: `interrupted`, or deleted with its checkpoints.
+async fn end_cancelled(
+    tx: &mut Tx,
+    dialect: Dialect,
+    run: &Run,
+    action: CancelAction,
+) -> DbResult<Option<Run>> {
+    match action {
+        CancelAction::Interrupt => {
+            let row = tx
+                .opt(
+                    Sql::new(concat!(
+                        "UPDATE runs SET status = 'interrupted', owner = NULL, ",
+                        "lease_expires_at = NULL, updated_at = $2 WHERE run_id = $1 RETURNING ",
+                        run_cols!()
+                    ))
+                    .bind(run.run_id.as_str())
+                    .arg(Arg::ts(ids::now())),
+                )
+                .await?;
+            row.as_ref().map(run_from_row).transpose()
+        }
+        CancelAction::Rollback => {
+            delete_run_checkpoints(tx, dialect, &run.thread_id, &run.run_id).await?;
+            tx.exec(Sql::new("DELETE FROM runs WHERE run_id = $1").bind(run.run_id.as_str()))
+                .await?;
+            Ok(None)
+        }
+    }
+}
+
+impl SqlStore {
+    async fn create_run_once(&self, run: &NewRun, run_id: &str) -> DbResult<CreatedRun> {
+        if !(run.after_seconds.is_finite() && run.after_seconds >= 0.0) {
+            return Err(DbErr::invalid(format!(
+                "after_seconds must be a non-negative number, got {}",
+                run.after_seconds
+            )));
+        }
+        let now = ids::now();
+        let mut tx = self.db.begin().await?;
+        // Mark the thread busy (creating it if asked): this also takes its row lock, so
+        // the in-flight runs read next are the committed ones.
+        let thread = match &run.create_thread_if_missing {
+            Some(metadata) => {
+                tx.opt(
+                    Sql::new(concat!(
+                        "INSERT INTO threads (thread_id, created_at, updated_at, state_updated_at, ",
+                        "metadata, status, config, state_values, interrupts, error, has_next) ",
+                        "VALUES ($1, $2, $2, $2, $3, 'busy', $4, NULL, $4, NULL, FALSE) ",
+                        "ON CONFLICT (thread_id) DO UPDATE SET status = 'busy', updated_at = $2, ",
+                        "expires_at = CASE WHEN threads.ttl_minutes IS NULL THEN threads.expires_at ",
+                        "ELSE $2 + CAST(threads.ttl_minutes * 60000000 AS BIGINT) END ",
+                        "RETURNING thread_id"
+                    ))
+                    .bind(run.thread_id.as_str())
+                    .arg(Arg::ts(now))
+                    .arg(Arg::json_map(metadata))
+                    .arg(Arg::Json(Some("{}".to_string()))),
+                )
+                .await?
+            }
+            None => {
+                tx.opt(
+                    Sql::new(concat!(
+                        "UPDATE threads SET status = 'busy', updated_at = $2, ",
+                        refresh_expiry!("$2"),
+                        " WHERE thread_id = $1 RETURNING thread_id"
+                    ))
+                    .bind(run.thread_id.as_str())
+                    .arg(Arg::ts(now)),
+                )
+                .await?
+            }
+        };
+        if thread.is_none() {
+            return Err(thread_not_found(&run.thread_id));
+        }
+        let inflight = tx
+            .all(
+                Sql::new(concat!(
+                    "SELECT ",
+                    run_cols!(),
+                    " FROM runs WHERE thread_id = $1 AND status IN ('pending', 'running') ",
+                    "ORDER BY created_at, seq"
+                ))
+                .bind(run.thread_id.as_str()),
+            )
+            .await?
+            .iter()
+            .map(run_from_row)
+            .collect::<DbResult<Vec<Run>>>()?;
+        if !inflight.is_empty() && run.multitask_strategy == MultitaskStrategy::Reject {
+            return Err(DbErr::conflict(REJECT_DETAIL));
+        }
+        let inserted = tx
+            .opt(
+                Sql::new(concat!(
+                    "INSERT INTO runs (run_id, thread_id, assistant_id, created_at, updated_at, ",
+                    "status, metadata, kwargs, multitask_strategy, attempt, available_at) ",
+                    "VALUES ($1, $2, $3, $4, $4, 'pending', $5, $6, $7, 0, $8) RETURNING ",
+                    run_cols!()
+                ))
+                .bind(run_id)
+                .bind(run.thread_id.as_str())
+                .bind(run.assistant_id.as_str())
+                .arg(Arg::ts(now))
+                .arg(Arg::json_map(&run.metadata))
+                .arg(Arg::json_map(&run.kwargs))
+                .bind(run.multitask_strategy.as_str())
+                .arg(Arg::ts(plus_seconds(now, run.after_seconds))),
+            )
+            .await;
+        let row = match inserted {
+            Ok(Some(row)) => row,
+            Ok(None) => return Err(DbErr::corrupt("INSERT … RETURNING returned no row")),
+            Err(e) if e.is_unique_violation() => {
+                return Err(DbErr::conflict(format!(
+                    "Run with ID {run_id} already exists"
+                )));
+            }
+            Err(e) => return Err(e),
+        };
+        let created = run_from_row(&row)?;
+        tx.commit().await?;
+        Ok(CreatedRun {
+            run: created,
+            inflight,
+        })
+    }
+
+    async fn get_run_once(&self, run_id: &str) -> DbResult<Option<Run>> {
+        self.db
+            .read_opt(
+                Sql::new(concat!(
+                    "SELECT ",
+                    run_cols!(),
+                    " FROM runs WHERE run_id = $1"
+                ))
+                .bind(run_id),
+            )
+            .await?
+            .as_ref()
+            .map(run_from_row)
+            .transpose()
+    }
+
+    async fn list_runs_once(&self, thread_id: &str, query: &RunQuery) -> DbResult<Vec<Run>> {
+        let limit = if query.limit == 0 {
+            i64::MAX
+        } else {
+            clamp_i64(query.limit)
+        };
+        let sql = match query.status {
+            Some(status) => Sql::new(concat!(
+                "SELECT ",
+                run_cols!(),
+                " FROM runs WHERE thread_id = $1 AND status = $4 ",
+                "ORDER BY created_at DESC, seq DESC LIMIT $2 OFFSET $3"
+            ))
+            .bind(thread_id)
+            .bind(limit)
+            .bind(clamp_i64(query.offset))
+            .bind(status.as_str()),
+            None => Sql::new(concat!(
+                "SELECT ",
+                run_cols!(),
+                " FROM runs WHERE thread_id = $1 ",
+                "ORDER BY created_at DESC, seq DESC LIMIT $2 OFFSET $3"
+            ))
+            .bind(thread_id)
+            .bind(limit)
+            .bind(clamp_i64(query.offset)),
+        };
+        self.db
+            .read_all(sql)
+            .await?
+            .iter()
+            .map(run_from_row)
+            .collect()
+    }
+
+    async fn delete_run_once(&self, run_id: &str) -> DbResult<bool> {
+        let mut tx = self.db.begin().await?;
+        let Some(row) = tx
+            .opt(Sql::new("DELETE FROM runs WHERE run_id = $1 RETURNING thread_id").bind(run_id))
+            .await?
+        else {
+            return Ok(false);
+        };
+        let thread_id = row.text("thread_id")?;
+        refresh_threads(&mut tx, self.dialect(), BTreeSet::from([thread_id])).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn claim_next_run_once(&self, worker_id: &str, lease: Duration) -> DbResult<Option<Run>> {
+        let now = ids::now();
+        let sql = Sql::new(self.dialect().pick(CLAIM_NEXT_SQLITE, CLAIM_NEXT_POSTGRES))
+            .bind(worker_id)
+            .arg(Arg::ts(lease_until(now, lease)))
+            .arg(Arg::ts(now));
+        match self.db.write_opt(sql).await {
+            Ok(row) => row.as_ref().map(run_from_row).transpose(),
+            // The unique index caught a race the FIFO condition did not: nothing claimed.
+            Err(e) if e.is_unique_violation() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn claim_run_once(
+        &self,
+        run_id: &str,
+        worker_id: &str,
+        lease: Duration,
+    ) -> DbResult<Option<Run>> {
+        let now = ids::now();
+        let sql = Sql::new(CLAIM_ONE)
+            .bind(worker_id)
+            .arg(Arg::ts(lease_until(now, lease)))
+            .arg(Arg::ts(now))
+            .bind(run_id);
+        match self.db.write_opt(sql).await {
+            Ok(row) => row.as_ref().map(run_from_row).transpose(),
+            Err(e) if e.is_unique_violation() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn heartbeat_once(
+        &self,
+        run_id: &str,
+        worker_id: &str,
+        lease: Duration,
+    ) -> DbResult<Option<CancelAction>> {
+        let row = self
+            .db
+            .write_opt(
+                Sql::new(concat!(
+                    "UPDATE runs SET lease_expires_at = $3 WHERE run_id = $1 AND owner = $2 ",
+                    "AND status = 'running' RETURNING cancel_requested"
+                ))
+                .bind(run_id)
+                .bind(worker_id)
+                .arg(Arg::ts(lease_until(ids::now(), lease))),
+            )
+            .await?
+            .ok_or_else(|| not_owned(run_id, worker_id))?;
+        Ok(match row.opt_text("cancel_requested")?.as_deref() {
+            Some("interrupt") => Some(CancelAction::Interrupt),
+            Some("rollback") => Some(CancelAction::Rollback),
+            _ => None,
+        })
+    }
+
+    async fn finish_run_once(
+        &self,
+        run_id: &str,
+        worker_id: &str,
+        outcome: &RunFinish,
+    ) -> DbResult<Run> {
+        if outcome.status.is_active() {
+            return Err(DbErr::invalid(format!(
+                "a run cannot finish with status {}",
+                outcome.status.as_str()
+            )));
+        }
+        let now = ids::now();
+        let mut tx = self.db.begin().await?;
+        let row = tx
+            .opt(
+                Sql::new(concat!(
+                    "UPDATE runs SET status = $3, error = $4, stop_reason = $5, owner = NULL, ",
+                    "lease_expires_at = NULL, updated_at = $6 WHERE run_id = $1 AND owner = $2 ",
+                    "AND status = 'running' RETURNING ",
+                    run_cols!()
+                ))
+                .bind(run_id)
+                .bind(worker_id)
+                .bind(outcome.status.as_str())
+                .arg(Arg::opt_json(outcome.error.as_ref()))
+                .bind(outcome.stop_reason.clone())
+                .arg(Arg::ts(now)),
+            )
+            .await?
+            .ok_or_else(|| not_owned(run_id, worker_id))?;
+        let run = run_from_row(&row)?;
+        apply_summary(
+            &mut tx,
+            self.dialect(),
+            &run.thread_id,
+            &outcome.thread,
+            now,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(run)
+    }
+
+    async fn release_run_once(&self, run_id: &str, worker_id: &str) -> DbResult<()> {
+        let mut tx = self.db.begin().await?;
+        let select = self.dialect().pick(
+            concat!(
+                "SELECT ",
+                run_cols!(),
+                " FROM runs WHERE run_id = $1 AND owner = $2 AND status = 'running'"
+            ),
+            concat!(
+                "SELECT ",
+                run_cols!(),
+                " FROM runs WHERE run_id = $1 AND owner = $2 AND status = 'running' FOR UPDATE"
+            ),
+        );
+        let run = tx
+            .opt(Sql::new(select).bind(run_id).bind(worker_id))
+            .await?
+            .as_ref()
+            .map(run_from_row)
+            .transpose()?
+            .ok_or_else(|| not_owned(run_id, worker_id))?;
+        let rolled_back = match run.cancel_requested {
+            // Cancelled while it ran: end it as the cancel asked instead of requeueing it.
+            Some(action) => {
+                end_cancelled(&mut tx, self.dialect(), &run, action).await?;
+                refresh_threads(
+                    &mut tx,
+                    self.dialect(),
+                    BTreeSet::from([run.thread_id.clone()]),
+                )
+                .await?;
+                action == CancelAction::Rollback
+            }
+            None => {
+                tx.exec(
+                    Sql::new(concat!(
+                        "UPDATE runs SET status = 'pending', owner = NULL, lease_expires_at = NULL, ",
+                        "attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END, ",
+                        "updated_at = $2 WHERE run_id = $1"
+                    ))
+                    .bind(run_id)
+                    .arg(Arg::ts(ids::now())),
+                )
+                .await?;
+                false
+            }
+        };
+        tx.commit().await?;
+        if rolled_back {
+            self.cache.invalidate_thread(&run.thread_id);
+        }
+        Ok(())
+    }
+
+    async fn cancel_runs_once(
+        &self,
+        target: &CancelTarget,
+        action: CancelAction,
+    ) -> DbResult<Vec<Run>> {
+        let lock = self.dialect().pick("", " FOR UPDATE");
+        let (text, args) = match target {
+            CancelTarget::Runs { thread_id, run_ids } => {
+                if run_ids.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let mut args: Vec<Arg> = Vec::new();
+                let mut ps = Vec::new();
+                for id in run_ids {
+                    args.push(Arg::from(id));
+                    ps.push(format!("${}", args.len()));
+                }
+                let mut text = format!(
+                    "SELECT {} FROM runs WHERE run_id IN ({}) AND status IN ('pending', 'running')",
+                    run_cols!(),
+                    ps.join(", ")
+                );
+                if let Some(t) = thread_id {
+                    args.push(Arg::from(t));
+                    text.push_str(&format!(" AND thread_id = ${}", args.len()));
+                }
+                (text, args)
+            }
+            CancelTarget::Status { pending, running } => {
+                let statuses = match (pending, running) {
+                    (true, true) => "'pending', 'running'",
+                    (true, false) => "'pending'",
+                    (false, true) => "'running'",
+                    (false, false) => return Ok(Vec::new()),
+                };
+                (
+                    format!(
+                        "SELECT {} FROM runs WHERE status IN ({statuses})",
+                        run_cols!()
+                    ),
+                    Vec::new(),
+                )
+            }
+        };
+        let mut tx = self.db.begin().await?;
+        let matched = tx
+            .all(Sql::dynamic(format!("{text} ORDER BY seq{lock}"), args))
+            .await?
+            .iter()
+            .map(run_from_row)
+            .collect::<DbResult<Vec<Run>>>()?;
+        let now = ids::now();
+        let mut threads = BTreeSet::new();
+        for run in &matched {
+            threads.insert(run.thread_id.clone());
+            match run.status {
+                RunStatus::Pending => {
+                    end_cancelled(&mut tx, self.dialect(), run, action).await?;
+                }
+                _ => {
+                    tx.exec(
+                        Sql::new(
+                            "UPDATE runs SET cancel_requested = $2, updated_at = $3 WHERE run_id = $1",
+                        )
+                        .bind(run.run_id.as_str())
+                        .bind(cancel_action_str(action))
+                        .arg(Arg::ts(now)),
+                    )
+                    .await?;
+                }
+            }
+        }
+        refresh_threads(&mut tx, self.dialect(), threads.clone()).await?;
+        tx.commit().await?;
+        if action == CancelAction::Rollback {
+            for t in &threads {
+                self.cache.invalidate_thread(t);
+            }
+        }
+        Ok(matched)
+    }
+
+    async fn reap_expired_runs_once(
+        &self,
+        now: DateTime<Utc>,
+        max_attempts: u32,
+    ) -> DbResult<Vec<Run>> {
+        let select = self.dialect().pick(
+            concat!(
+                "SELECT ",
+                run_cols!(),
+                " FROM runs WHERE status = 'running' AND lease_expires_at < $1 ",
+                "ORDER BY seq LIMIT $2"
+            ),
+            concat!(
+                "SELECT ",
+                run_cols!(),
+                " FROM runs WHERE status = 'running' AND lease_expires_at < $1 ",
+                "ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED"
+            ),
+        );
+        let mut tx = self.db.begin().await?;
+        let expired = tx
+            .all(Sql::new(select).arg(Arg::ts(now)).bind(REAP_BATCH))
+            .await?
+            .iter()
+            .map(run_from_row)
+            .collect::<DbResult<Vec<Run>>>()?;
+        let stamp = ids::now();
+        let mut touched = Vec::new();
+        let mut threads = BTreeSet::new();
+        let mut rolled_back = BTreeSet::new();
+        for run in expired {
+            threads.insert(run.thread_id.clone());
+            if let Some(action) = run.cancel_requested {
+                if action == CancelAction::Rollback {
+                    rolled_back.insert(run.thread_id.clone());
+                }
+                let after = end_cancelled(&mut tx, self.dialect(), &run, action).await?;
+                touched.push(after.unwrap_or(run));
+            } else if run.attempt < max_attempts {
+                let row = tx
+                    .opt(
+                        Sql::new(concat!(
+                            "UPDATE runs SET status = 'pending', owner = NULL, ",
+                            "lease_expires_at = NULL, updated_at = $2 WHERE run_id = $1 RETURNING ",
+                            run_cols!()
+                        ))
+                        .bind(run.run_id.as_str())
+                        .arg(Arg::ts(stamp)),
+                    )
+                    .await?;
+                if let Some(r) = row {
+                    touched.push(run_from_row(&r)?);
+                }
+            } else {
+                let error = json!({
+                    "error": "RunOrphaned",
+                    "message": format!(
+                        "The worker running this run stopped renewing its lease; gave up after {} attempt(s).",
+                        run.attempt
+                    ),
+                });
+                let row = tx
+                    .opt(
+                        Sql::new(concat!(
+                            "UPDATE runs SET status = 'error', owner = NULL, lease_expires_at = NULL, ",
+                            "error = $2, stop_reason = $3, updated_at = $4 WHERE run_id = $1 RETURNING ",
+                            run_cols!()
+                        ))
+                        .bind(run.run_id.as_str())
+                        .arg(Arg::json(&error))
+                        .bind(ORPHAN_RECOVERED)
+                        .arg(Arg::ts(stamp)),
+                    )
+                    .await?;
+                tx.exec(
+                    Sql::new("UPDATE threads SET error = $2, updated_at = $3 WHERE thread_id = $1")
+                        .bind(run.thread_id.as_str())
+                        .arg(Arg::json(&error))
+                        .arg(Arg::ts(stamp)),
+                )
+                .await?;
+                if let Some(r) = row {
+                    touched.push(run_from_row(&r)?);
+                }
+            }
+        }
+        refresh_threads(&mut tx, self.dialect(), threads).await?;
+        tx.commit().await?;
+        for t in &rolled_back {
+            self.cache.invalidate_thread(t);
+        }
+        Ok(touched)
+    }
+}
+
+#[async_trait]
+impl RunStore for SqlStore {
+    async fn create_run(&self, run: NewRun) -> Result<CreatedRun> {
+        let run_id = run.run_id.clone().unwrap_or_else(new_uuid7);
+        retry!(self.create_run_once(&run, &run_id))
+    }
+
+    async fn get_run(&self, run_id: &str) -> Result<Option<Run>> {
+        retry!(self.get_run_once(run_id))
+    }
+
+    async fn list_runs(&self, thread_id: &str, query: &RunQuery) -> Result<Vec<Run>> {
+        retry!(self.list_runs_once(thread_id, query))
+    }
+
+    async fn delete_run(&self, run_id: &str) -> Result<bool> {
+        retry!(self.delete_run_once(run_id))
+    }
+
+    async fn claim_next_run(&self, worker_id: &str, lease: Duration) -> Result<Option<Run>> {
+        retry!(self.claim_next_run_once(worker_id, lease))
+    }
+
+    async fn claim_run(
+        &self,
+        run_id: &str,
+        worker_id: &str,
+        lease: Duration,
+    ) -> Result<Option<Run>> {
+        retry!(self.claim_run_once(run_id, worker_id, lease))
+    }
+
+    async fn heartbeat(
+        &self,
+        run_id: &str,
+        worker_id: &str,
+        lease: Duration,
+    ) -> Result<Option<CancelAction>> {
+        retry!(self.heartbeat_once(run_id, worker_id, lease))
+    }
+
+    async fn finish_run(&self, run_id: &str, worker_id: &str, outcome: RunFinish) -> Result<Run> {
+        retry!(self.finish_run_once(run_id, worker_id, &outcome))
+    }
+
+    async fn release_run(&self, run_id: &str, worker_id: &str) -> Result<()> {
+        retry!(self.release_run_once(run_id, worker_id))
+    }
+
+    async fn cancel_runs(&self, target: &CancelTarget, action: CancelAction) -> Result<Vec<Run>> {
+        retry!(self.cancel_runs_once(target, action))
+    }
+
+    async fn reap_expired_runs(&self, now: DateTime<Utc>, max_attempts: u32) -> Result<Vec<Run>> {
+        retry!(self.reap_expired_runs_once(now, max_attempts))
+    }
+}

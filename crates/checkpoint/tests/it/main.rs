@@ -1,0 +1,13 @@
+//! Persistence conformance suite: every case runs against SQLite and Postgres.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+mod assistants;
+mod checkpoints;
+mod crons;
+mod durability;
+mod replay;
+mod runs;
+mod store;
+mod threads;

@@ -1,0 +1,161 @@
+//! Cron jobs: 5-field schedules (croner), IANA time zones, `end_time`, `enabled`; the
+//! scheduler claims due crons through the store (so two processes never fire the same tick)
+//! and creates each tick's run through the same normalisation as every other run.
+
+use crate::app::AppState;
+use crate::runs::create::{RunCreate, RunTarget, create_run};
+use chrono::{DateTime, Utc};
+use fawn_checkpoint::Cron;
+use serde_json::{Value, json};
+
+/// Parses a cron expression (5 fields; 6 with seconds also accepted).
+pub fn parse_schedule(s: &str) -> Result<croner::Cron, String> {
+    s.trim()
+        .parse::<croner::Cron>()
+        .map_err(|e| format!("Invalid cron schedule '{s}': {e}"))
+}
+
+/// Parses an IANA time zone name.
+pub fn parse_tz(s: &str) -> Result<chrono_tz::Tz, String> {
+    s.trim()
+        .parse::<chrono_tz::Tz>()
+        .map_err(|_| format!("Invalid timezone '{s}'"))
+}
+
+/// The first tick strictly after `after`, in `tz` (UTC when `None`); `None` when it would
+/// be past `end`.
+pub fn next_run(
+    schedule: &str,
+    tz: Option<&str>,
+    after: DateTime<Utc>,
+    end: Option<DateTime<Utc>>,
+) -> Result<Option<DateTime<Utc>>, String> {
+    let cron = parse_schedule(schedule)?;
+    let next = match tz.filter(|t| !t.trim().is_empty()) {
+        Some(t) => {
+            let tz = parse_tz(t)?;
+            cron.find_next_occurrence(&after.with_timezone(&tz), false)
+                .map(|d| d.with_timezone(&Utc))
+                .map_err(|e| e.to_string())?
+        }
+        None => cron
+            .find_next_occurrence(&after, false)
+            .map_err(|e| e.to_string())?,
+    };
+    Ok(match end {
+        Some(end) if next > end => None,
+        _ => Some(next),
+    })
+}
+
+/// Looks for due crons every `cron_interval` (or when notified). Runs until the queue stops.
+pub async fn scheduler(app: AppState) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(app.cron_interval) => {}
+            _ = app.cron_notify.notified() => {}
+            _ = app.queue.stopping.cancelled() => return,
+        }
+        tick(&app).await;
+    }
+}
+
+/// Fires every due cron once; returns how many fired.
+pub async fn tick(app: &AppState) -> usize {
+    let now = app.now();
+    let next = move |c: &Cron| {
+        next_run(&c.schedule, c.timezone.as_deref(), now, c.end_time)
+            .ok()
+            .flatten()
+    };
+    let due = match app.store.claim_due_crons(now, 50, &next).await {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::warn!(error = %e, "claiming due crons failed");
+            return 0;
+        }
+    };
+    let n = due.len();
+    for cron in due {
+        fire(app, &cron).await;
+    }
+    n
+}
+
+async fn fire(app: &AppState, cron: &Cron) {
+    let mut payload = cron.payload.clone();
+    payload.insert("assistant_id".into(), json!(cron.assistant_id));
+    for k in [
+        "schedule",
+        "timezone",
+        "end_time",
+        "enabled",
+        "on_run_completed",
+        "thread_id",
+    ] {
+        payload.remove(k);
+    }
+    let mut meta = match payload.remove("metadata") {
+        Some(Value::Object(m)) => m,
+        _ => Default::default(),
+    };
+    meta.insert("cron_id".into(), json!(cron.cron_id));
+    payload.insert("metadata".into(), Value::Object(meta));
+    let body: RunCreate = match serde_json::from_value(Value::Object(payload)) {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!(cron_id = %cron.cron_id, error = %e, "cron payload is not a run");
+            return;
+        }
+    };
+    let target = match &cron.thread_id {
+        Some(t) => RunTarget::Thread(t.clone()),
+        None => RunTarget::CronStateless {
+            keep: cron.on_run_completed.as_deref() == Some("keep"),
+        },
+    };
+    match create_run(app, body, target, None).await {
+        Ok(c) => {
+            tracing::info!(cron_id = %cron.cron_id, run_id = %c.run.run_id, "cron fired");
+        }
+        Err(e) => {
+            tracing::warn!(cron_id = %cron.cron_id, error = %e.detail, "cron tick could not create a run");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn next_tick_and_end_time() {
+        let t = Utc
+            .with_ymd_and_hms(2026, 1, 1, 12, 2, 30)
+            .single()
+            .unwrap();
+        let n = next_run("*/5 * * * *", None, t, None).unwrap().unwrap();
+        assert_eq!(
+            n,
+            Utc.with_ymd_and_hms(2026, 1, 1, 12, 5, 0).single().unwrap()
+        );
+        let end = Utc.with_ymd_and_hms(2026, 1, 1, 12, 3, 0).single().unwrap();
+        assert_eq!(next_run("*/5 * * * *", None, t, Some(end)).unwrap(), None);
+        assert!(next_run("not a cron", None, t, None).is_err());
+        assert!(next_run("* * * * *", Some("Mars/Base"), t, None).is_err());
+    }
+
+    #[test]
+    fn time_zones_shift_the_tick() {
+        // 09:00 in Paris (winter, UTC+1) is 08:00 UTC.
+        let t = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).single().unwrap();
+        let n = next_run("0 9 * * *", Some("Europe/Paris"), t, None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            n,
+            Utc.with_ymd_and_hms(2026, 1, 1, 8, 0, 0).single().unwrap()
+        );
+    }
+}

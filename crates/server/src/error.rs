@@ -1,0 +1,89 @@
+//! The one error envelope: `{"detail": "…"}` with a 4xx status for anything the client can
+//! fix, a 5xx only for real internal failures (logged). SDK clients retry 5xx and 429, which
+//! would duplicate runs, so nothing deterministic may end up there.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use fawn_checkpoint::StoreError;
+
+/// An HTTP error answered as `{"detail": …}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub detail: String,
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl ApiError {
+    pub fn new(status: StatusCode, detail: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            detail: detail.into(),
+        }
+    }
+
+    pub fn bad_request(detail: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, detail)
+    }
+
+    pub fn not_found(detail: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, detail)
+    }
+
+    pub fn conflict(detail: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::CONFLICT, detail)
+    }
+
+    pub fn unprocessable(detail: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, detail)
+    }
+
+    /// An internal failure: logged with its cause, answered with a generic 500.
+    pub fn internal(context: &str, cause: impl std::fmt::Display) -> ApiError {
+        tracing::error!(%cause, "{context}");
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("Internal error: {context}"),
+        )
+    }
+
+    /// Converts a storage error, naming what was being done for internal failures.
+    pub fn store(context: &str, e: StoreError) -> ApiError {
+        match e {
+            StoreError::NotFound(m) => ApiError::not_found(m),
+            StoreError::Conflict(m) => ApiError::conflict(m),
+            StoreError::Invalid(m) => ApiError::unprocessable(m),
+            StoreError::Corrupt(_) | StoreError::Database(_) => ApiError::internal(context, e),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        ApiError::store("storage operation failed", e)
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.status, self.detail)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({ "detail": self.detail });
+        crate::wire::json_response(self.status, &body)
+    }
+}
+
+/// `{"detail":"Not Found"}` for unknown routes.
+pub async fn not_found_fallback() -> ApiError {
+    ApiError::not_found("Not Found")
+}
+
+/// `{"detail":"Method Not Allowed"}` for known routes with the wrong method.
+pub async fn method_not_allowed_fallback() -> ApiError {
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")
+}

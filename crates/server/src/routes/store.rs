@@ -1,0 +1,189 @@
+//! `/store/*`: the long-term key/value store.
+
+use crate::app::AppState;
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{JsonBody, OptionalJsonBody, Query};
+use crate::wire;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use fawn_checkpoint::{ItemQuery, JsonMap, NamespaceQuery, PutItem};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+fn check_namespace(ns: &[String], field: &str) -> ApiResult<()> {
+    for label in ns {
+        if label.is_empty() {
+            return Err(ApiError::unprocessable(format!(
+                "Invalid request body at `{field}`: namespace labels cannot be empty"
+            )));
+        }
+        if label.contains('.') {
+            return Err(ApiError::unprocessable(format!(
+                "Invalid request body at `{field}`: namespace labels cannot contain periods ('.'), got '{label}'"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, Deserialize)]
+pub struct PutBody {
+    namespace: Vec<String>,
+    key: String,
+    value: Value,
+    #[serde(default)]
+    #[allow(dead_code)]
+    index: Option<Value>,
+    #[serde(default)]
+    ttl: Option<f64>,
+}
+
+pub async fn put_item(
+    State(app): State<AppState>,
+    JsonBody(b): JsonBody<PutBody>,
+) -> ApiResult<Response> {
+    check_namespace(&b.namespace, "namespace")?;
+    if b.namespace.is_empty() {
+        return Err(ApiError::unprocessable(
+            "Invalid request body at `namespace`: must not be empty",
+        ));
+    }
+    if b.key.is_empty() {
+        return Err(ApiError::unprocessable(
+            "Invalid request body at `key`: must not be empty",
+        ));
+    }
+    let Value::Object(value) = b.value else {
+        return Err(ApiError::unprocessable(
+            "Invalid request body at `value`: must be an object",
+        ));
+    };
+    if let Some(t) = b.ttl
+        && !(t > 0.0 && t.is_finite())
+    {
+        return Err(ApiError::unprocessable(
+            "Invalid request body at `ttl`: must be a positive number of minutes",
+        ));
+    }
+    app.store
+        .put_item(PutItem {
+            namespace: b.namespace,
+            key: b.key,
+            value,
+            ttl_minutes: b.ttl,
+        })
+        .await
+        .map_err(|e| ApiError::store("storing the item", e))?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+pub async fn get_item(State(app): State<AppState>, q: Query) -> ApiResult<Response> {
+    let ns: Vec<String> = match q.get("namespace") {
+        None | Some("") => Vec::new(),
+        Some(s) => s.split('.').map(str::to_string).collect(),
+    };
+    let Some(key) = q.get("key").filter(|k| !k.is_empty()) else {
+        return Err(ApiError::unprocessable("Missing query parameter `key`"));
+    };
+    let refresh = q.bool("refresh_ttl")?.unwrap_or(true);
+    let item = app
+        .store
+        .get_item(&ns, key, refresh)
+        .await
+        .map_err(|e| ApiError::store("loading the item", e))?;
+    Ok(match item {
+        Some(i) => wire::ok(&wire::item(&i)),
+        None => wire::ok(&Value::Null),
+    })
+}
+
+#[derive(Debug, Deserialize)]
+pub struct DeleteBody {
+    #[serde(default)]
+    namespace: Vec<String>,
+    key: String,
+}
+
+pub async fn delete_item(
+    State(app): State<AppState>,
+    JsonBody(b): JsonBody<DeleteBody>,
+) -> ApiResult<Response> {
+    check_namespace(&b.namespace, "namespace")?;
+    app.store
+        .delete_item(&b.namespace, &b.key)
+        .await
+        .map_err(|e| ApiError::store("deleting the item", e))?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct SearchBody {
+    namespace_prefix: Vec<String>,
+    filter: Option<JsonMap>,
+    limit: Option<u64>,
+    offset: Option<u64>,
+    #[allow(dead_code)]
+    query: Option<String>,
+    refresh_ttl: Option<bool>,
+}
+
+pub async fn search(
+    State(app): State<AppState>,
+    OptionalJsonBody(b): OptionalJsonBody<SearchBody>,
+) -> ApiResult<Response> {
+    let b = b.unwrap_or_default();
+    check_namespace(&b.namespace_prefix, "namespace_prefix")?;
+    let items = app
+        .store
+        .search_items(&ItemQuery {
+            namespace_prefix: b.namespace_prefix,
+            filter: b.filter,
+            limit: b.limit.unwrap_or(10).min(1000),
+            offset: b.offset.unwrap_or(0),
+            refresh_ttl: b.refresh_ttl.unwrap_or(false),
+        })
+        .await
+        .map_err(|e| ApiError::store("searching items", e))?;
+    let out: Vec<Value> = items
+        .iter()
+        .map(|i| {
+            let mut v = wire::item(i);
+            if let Value::Object(m) = &mut v {
+                m.insert("score".into(), Value::Null);
+            }
+            v
+        })
+        .collect();
+    Ok(wire::ok(&json!({"items": out})))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct NamespacesBody {
+    prefix: Option<Vec<String>>,
+    suffix: Option<Vec<String>>,
+    max_depth: Option<usize>,
+    limit: Option<u64>,
+    offset: Option<u64>,
+}
+
+pub async fn namespaces(
+    State(app): State<AppState>,
+    OptionalJsonBody(b): OptionalJsonBody<NamespacesBody>,
+) -> ApiResult<Response> {
+    let b = b.unwrap_or_default();
+    let ns = app
+        .store
+        .list_namespaces(&NamespaceQuery {
+            prefix: b.prefix,
+            suffix: b.suffix,
+            max_depth: b.max_depth,
+            limit: b.limit.unwrap_or(100).min(1000),
+            offset: b.offset.unwrap_or(0),
+        })
+        .await
+        .map_err(|e| ApiError::store("listing namespaces", e))?;
+    Ok(wire::ok(&json!({"namespaces": ns})))
+}

@@ -1,0 +1,904 @@
+//! `/threads*`: CRUD, search, copy, prune, state, history.
+
+use crate::app::AppState;
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{JsonBody, OptionalJsonBody, Query, header_str, uuid_param};
+use crate::routes::assistants::{paginated, sort_order};
+use crate::stream::ThreadItem;
+use crate::wire;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use fawn_checkpoint::{
+    CancelAction, CancelTarget, Checkpoint, HistoryQuery, IfExists, JsonMap, NewCheckpoint,
+    NewThread, PruneStrategy, RunQuery, TaskRecord, Thread, ThreadFilter, ThreadPatch, ThreadQuery,
+    ThreadSort, ThreadStatus, ThreadSummary, ThreadTtl,
+};
+use fawn_state::{StateUpdate, ThreadState};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub fn thread_not_found(id: &str) -> ApiError {
+    ApiError::not_found(format!("Thread with ID {id} not found"))
+}
+
+pub async fn load_thread(app: &AppState, id: &str) -> ApiResult<Thread> {
+    match app.store.get_thread(id).await {
+        Ok(Some(t)) => Ok(t),
+        Ok(None) => Err(thread_not_found(id)),
+        Err(e) => Err(ApiError::store("loading the thread", e)),
+    }
+}
+
+/// Deletes a thread's files (`{home}/users/{user}/threads/{id}`).
+pub async fn delete_thread_files(app: &AppState, thread_id: &str) {
+    if !fawn_sandbox::valid_thread_id(thread_id) {
+        return;
+    }
+    let paths = fawn_sandbox::ThreadPaths::new(&app.settings.home, &app.user_id, thread_id);
+    match tokio::fs::remove_dir_all(&paths.thread_dir).await {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(%thread_id, error = %e, "deleting thread files failed"),
+    }
+}
+
+/// Cancels a thread's active runs, then deletes it with its runs, checkpoints and files.
+/// Returns false when it did not exist.
+pub async fn delete_thread_fully(app: &AppState, thread_id: &str) -> ApiResult<bool> {
+    let runs = app
+        .store
+        .list_runs(
+            thread_id,
+            &RunQuery {
+                limit: 1000,
+                offset: 0,
+                status: None,
+            },
+        )
+        .await
+        .unwrap_or_default();
+    let active: Vec<String> = runs
+        .iter()
+        .filter(|r| r.status.is_active())
+        .map(|r| r.run_id.clone())
+        .collect();
+    if !active.is_empty() {
+        let _ = crate::runs::cancel(
+            app,
+            CancelTarget::Runs {
+                thread_id: Some(thread_id.to_string()),
+                run_ids: active.clone(),
+            },
+            CancelAction::Interrupt,
+        )
+        .await;
+        for id in &active {
+            if app.queue.is_local(id) {
+                crate::runs::wait_terminal(app, id, Duration::from_secs(5)).await;
+            }
+        }
+    }
+    let existed = app
+        .store
+        .delete_thread(thread_id)
+        .await
+        .map_err(|e| ApiError::store("deleting the thread", e))?;
+    delete_thread_files(app, thread_id).await;
+    Ok(existed)
+}
+
+fn parse_ttl(v: &Option<Value>) -> ApiResult<Option<ThreadTtl>> {
+    let strategy = |s: Option<&str>| match s {
+        None | Some("delete") => Ok(PruneStrategy::Delete),
+        Some("keep_latest") => Ok(PruneStrategy::KeepLatest),
+        Some(o) => Err(ApiError::unprocessable(format!(
+            "Invalid request body at `ttl.strategy`: '{o}' is not one of ['delete', 'keep_latest']"
+        ))),
+    };
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => match n.as_f64() {
+            Some(m) if m > 0.0 => Ok(Some(ThreadTtl {
+                minutes: m,
+                strategy: PruneStrategy::Delete,
+            })),
+            _ => Err(ApiError::unprocessable(
+                "Invalid request body at `ttl`: must be a positive number of minutes",
+            )),
+        },
+        Some(Value::Object(o)) => {
+            let minutes = o.get("ttl").and_then(Value::as_f64).filter(|m| *m > 0.0);
+            let Some(minutes) = minutes else {
+                return Err(ApiError::unprocessable(
+                    "Invalid request body at `ttl.ttl`: must be a positive number of minutes",
+                ));
+            };
+            Ok(Some(ThreadTtl {
+                minutes,
+                strategy: strategy(o.get("strategy").and_then(Value::as_str))?,
+            }))
+        }
+        Some(_) => Err(ApiError::unprocessable(
+            "Invalid request body at `ttl`: must be an object {ttl, strategy}",
+        )),
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct CreateBody {
+    thread_id: Option<String>,
+    metadata: Option<JsonMap>,
+    if_exists: Option<String>,
+    ttl: Option<Value>,
+    supersteps: Option<Vec<Superstep>>,
+    graph_id: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct Superstep {
+    #[serde(default)]
+    updates: Vec<SuperstepUpdate>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct SuperstepUpdate {
+    #[serde(default)]
+    values: Value,
+    #[serde(default)]
+    as_node: Option<String>,
+}
+
+pub async fn create(
+    State(app): State<AppState>,
+    OptionalJsonBody(b): OptionalJsonBody<CreateBody>,
+) -> ApiResult<Response> {
+    let b = b.unwrap_or_default();
+    let thread_id = match b.thread_id.as_deref() {
+        Some(id) => Some(uuid_param("thread", id)?),
+        None => None,
+    };
+    let if_exists = match b.if_exists.as_deref() {
+        None | Some("raise") => IfExists::Raise,
+        Some("do_nothing") => IfExists::DoNothing,
+        Some(o) => {
+            return Err(ApiError::unprocessable(format!(
+                "Invalid request body at `if_exists`: '{o}' is not one of ['raise', 'do_nothing']"
+            )));
+        }
+    };
+    let mut metadata = b.metadata.unwrap_or_default();
+    if let Some(g) = b.graph_id {
+        metadata.insert("graph_id".into(), json!(g));
+    }
+    let ttl = parse_ttl(&b.ttl)?;
+    let t = app
+        .store
+        .create_thread(NewThread {
+            thread_id: thread_id.clone(),
+            metadata,
+            if_exists,
+            ttl,
+        })
+        .await
+        .map_err(|e| match e {
+            fawn_checkpoint::StoreError::Conflict(_) => ApiError::conflict(format!(
+                "Thread with ID {} already exists",
+                thread_id.clone().unwrap_or_default()
+            )),
+            other => ApiError::store("creating the thread", other),
+        })?;
+    if let Some(steps) = b.supersteps {
+        for step in steps {
+            for u in step.updates {
+                let thread = load_thread(&app, &t.thread_id).await?;
+                if let Err(e) = apply_state_update(&app, &thread, u.values, u.as_node, None).await {
+                    return Ok(
+                        (StatusCode::CREATED, Json(json!({"detail": e.detail}))).into_response()
+                    );
+                }
+            }
+        }
+        let t = load_thread(&app, &t.thread_id).await?;
+        return Ok(wire::ok(&wire::thread(&t)));
+    }
+    Ok(wire::ok(&wire::thread(&t)))
+}
+
+use axum::Json;
+
+pub async fn get_one(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    q: Query,
+) -> ApiResult<Response> {
+    let id = uuid_param("thread", &id)?;
+    let t = load_thread(&app, &id).await?;
+    let include_ttl = q.list(&["include"]).iter().any(|i| i == "ttl");
+    Ok(wire::ok(&if include_ttl {
+        wire::thread_with_ttl(&t)
+    } else {
+        wire::thread(&t)
+    }))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct PatchBody {
+    metadata: Option<JsonMap>,
+    ttl: Option<Value>,
+}
+
+pub async fn patch(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    JsonBody(b): JsonBody<PatchBody>,
+) -> ApiResult<Response> {
+    let id = uuid_param("thread", &id)?;
+    let t = app
+        .store
+        .update_thread(
+            &id,
+            ThreadPatch {
+                metadata: b.metadata,
+                ttl: parse_ttl(&b.ttl)?,
+            },
+        )
+        .await
+        .map_err(|e| match e {
+            fawn_checkpoint::StoreError::NotFound(_) => thread_not_found(&id),
+            other => ApiError::store("updating the thread", other),
+        })?;
+    let minimal = header_str(&headers, "prefer").is_some_and(|p| p.contains("return=minimal"));
+    if minimal {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    Ok(wire::ok(&wire::thread(&t)))
+}
+
+pub async fn delete(State(app): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    let id = uuid_param("thread", &id)?;
+    if !delete_thread_fully(&app, &id).await? {
+        return Err(thread_not_found(&id));
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct SearchBody {
+    metadata: Option<JsonMap>,
+    values: Option<JsonMap>,
+    ids: Option<Vec<String>>,
+    status: Option<String>,
+    limit: Option<u64>,
+    offset: Option<u64>,
+    sort_by: Option<String>,
+    sort_order: Option<String>,
+    select: Option<Vec<String>>,
+    extract: Option<Map<String, Value>>,
+}
+
+fn status_filter(s: Option<&str>) -> ApiResult<Option<ThreadStatus>> {
+    match s {
+        None => Ok(None),
+        Some(s) => ThreadStatus::parse(s).map(Some).ok_or_else(|| {
+            ApiError::unprocessable(format!(
+                "Invalid request body at `status`: '{s}' is not one of ['idle', 'busy', 'interrupted', 'error']"
+            ))
+        }),
+    }
+}
+
+fn ids_filter(ids: Option<Vec<String>>) -> ApiResult<Option<Vec<String>>> {
+    match ids {
+        None => Ok(None),
+        Some(v) => v
+            .iter()
+            .map(|i| uuid_param("thread", i))
+            .collect::<ApiResult<Vec<_>>>()
+            .map(Some),
+    }
+}
+
+/// Evaluates `values.messages[-1]`-style paths (dots and `[i]`, negative indexes).
+fn extract_path(v: &Value, path: &str) -> Value {
+    let mut cur = v;
+    for part in path.split('.') {
+        let (key, rest) = match part.find('[') {
+            Some(i) => (&part[..i], &part[i..]),
+            None => (part, ""),
+        };
+        if !key.is_empty() {
+            match cur.get(key) {
+                Some(x) => cur = x,
+                None => return Value::Null,
+            }
+        }
+        let mut r = rest;
+        while let Some(end) = r.find(']') {
+            let idx = r[1..end].trim().parse::<i64>().ok();
+            let Some(idx) = idx else { return Value::Null };
+            let Some(arr) = cur.as_array() else {
+                return Value::Null;
+            };
+            let i = if idx < 0 { arr.len() as i64 + idx } else { idx };
+            match usize::try_from(i).ok().and_then(|i| arr.get(i)) {
+                Some(x) => cur = x,
+                None => return Value::Null,
+            }
+            r = &r[end + 1..];
+        }
+    }
+    cur.clone()
+}
+
+pub async fn search(
+    State(app): State<AppState>,
+    OptionalJsonBody(b): OptionalJsonBody<SearchBody>,
+) -> ApiResult<Response> {
+    let b = b.unwrap_or_default();
+    let sort_by = match b.sort_by.as_deref() {
+        None | Some("created_at") => ThreadSort::CreatedAt,
+        Some("thread_id") => ThreadSort::ThreadId,
+        Some("status") => ThreadSort::Status,
+        Some("updated_at") => ThreadSort::UpdatedAt,
+        Some("state_updated_at") => ThreadSort::StateUpdatedAt,
+        Some(o) => {
+            return Err(ApiError::unprocessable(format!(
+                "Invalid request body at `sort_by`: '{o}' is not one of ['thread_id', 'status', 'created_at', 'updated_at', 'state_updated_at']"
+            )));
+        }
+    };
+    const SELECTABLE: &[&str] = &[
+        "thread_id",
+        "created_at",
+        "updated_at",
+        "state_updated_at",
+        "metadata",
+        "config",
+        "context",
+        "status",
+        "values",
+        "interrupts",
+        "error",
+    ];
+    let select = b.select.unwrap_or_default();
+    if let Some(bad) = select.iter().find(|s| !SELECTABLE.contains(&s.as_str())) {
+        return Err(ApiError::unprocessable(format!(
+            "Invalid request body at `select`: '{bad}' is not one of {SELECTABLE:?}"
+        )));
+    }
+    let extract = b.extract.unwrap_or_default();
+    if extract.len() > 10 {
+        return Err(ApiError::unprocessable(
+            "Invalid request body at `extract`: at most 10 paths",
+        ));
+    }
+    let limit = b.limit.unwrap_or(10).min(1000);
+    let offset = b.offset.unwrap_or(0);
+    let page = app
+        .store
+        .search_threads(&ThreadQuery {
+            filter: ThreadFilter {
+                metadata: b.metadata,
+                values: b.values,
+                status: status_filter(b.status.as_deref())?,
+                ids: ids_filter(b.ids)?,
+            },
+            limit,
+            offset,
+            sort_by,
+            sort_order: sort_order(b.sort_order.as_deref())?,
+        })
+        .await
+        .map_err(|e| ApiError::store("searching threads", e))?;
+    let items: Vec<Value> = page
+        .items
+        .iter()
+        .map(|t| {
+            let full = wire::thread(t);
+            let extracted = if extract.is_empty() {
+                None
+            } else {
+                let mut m = Map::new();
+                for (alias, path) in &extract {
+                    m.insert(
+                        alias.clone(),
+                        extract_path(&full, path.as_str().unwrap_or_default()),
+                    );
+                }
+                Some(Value::Object(m))
+            };
+            let mut v = wire::select_keys(full, &select);
+            if let (Some(e), Value::Object(m)) = (extracted, &mut v) {
+                m.insert("extracted".into(), e);
+            }
+            v
+        })
+        .collect();
+    let n = items.len();
+    Ok(paginated(Value::Array(items), page.total, offset, n))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct CountBody {
+    metadata: Option<JsonMap>,
+    values: Option<JsonMap>,
+    status: Option<String>,
+}
+
+pub async fn count(
+    State(app): State<AppState>,
+    OptionalJsonBody(b): OptionalJsonBody<CountBody>,
+) -> ApiResult<Response> {
+    let b = b.unwrap_or_default();
+    let n = app
+        .store
+        .count_threads(&ThreadFilter {
+            metadata: b.metadata,
+            values: b.values,
+            status: status_filter(b.status.as_deref())?,
+            ids: None,
+        })
+        .await
+        .map_err(|e| ApiError::store("counting threads", e))?;
+    Ok(wire::ok(&n))
+}
+
+pub async fn copy(State(app): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    let id = uuid_param("thread", &id)?;
+    load_thread(&app, &id).await?;
+    let new_id = uuid::Uuid::now_v7().to_string();
+    let t = app
+        .store
+        .copy_thread(&id, &new_id)
+        .await
+        .map_err(|e| ApiError::store("copying the thread", e))?;
+    Ok(wire::ok(&wire::thread(&t)))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct PruneBody {
+    thread_ids: Vec<String>,
+    strategy: Option<String>,
+}
+
+pub async fn prune(
+    State(app): State<AppState>,
+    JsonBody(b): JsonBody<PruneBody>,
+) -> ApiResult<Response> {
+    let strategy = match b.strategy.as_deref() {
+        None | Some("delete") => PruneStrategy::Delete,
+        Some("keep_latest") => PruneStrategy::KeepLatest,
+        Some(o) => {
+            return Err(ApiError::unprocessable(format!(
+                "Invalid request body at `strategy`: '{o}' is not one of ['delete', 'keep_latest']"
+            )));
+        }
+    };
+    let ids = b
+        .thread_ids
+        .iter()
+        .map(|i| uuid_param("thread", i))
+        .collect::<ApiResult<Vec<_>>>()?;
+    let n = app
+        .store
+        .prune_threads(&ids, strategy)
+        .await
+        .map_err(|e| ApiError::store("pruning threads", e))?;
+    if strategy == PruneStrategy::Delete {
+        for id in &ids {
+            delete_thread_files(&app, id).await;
+        }
+    }
+    Ok(wire::ok(&json!({"pruned_count": n})))
+}
+
+// ------------------------------------------------------------------------------- state
+
+fn state_json(cp: Option<&Checkpoint>) -> Value {
+    match cp {
+        Some(c) => wire::thread_state(c),
+        None => wire::empty_thread_state(),
+    }
+}
+
+pub async fn get_state(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    q: Query,
+) -> ApiResult<Response> {
+    let id = uuid_param("thread", &id)?;
+    q.bool("subgraphs")?;
+    load_thread(&app, &id).await?;
+    let cp = app
+        .store
+        .get_checkpoint(&id, "", None)
+        .await
+        .map_err(|e| ApiError::store("loading the state", e))?;
+    Ok(wire::ok(&state_json(cp.as_ref())))
+}
+
+async fn state_at(app: &AppState, id: &str, ns: &str, checkpoint_id: &str) -> ApiResult<Response> {
+    load_thread(app, id).await?;
+    let cp = app
+        .store
+        .get_checkpoint(id, ns, Some(checkpoint_id))
+        .await
+        .map_err(|e| ApiError::store("loading the state", e))?;
+    match cp {
+        Some(c) => Ok(wire::ok(&wire::thread_state(&c))),
+        None => Err(ApiError::not_found(format!(
+            "Checkpoint {checkpoint_id} not found"
+        ))),
+    }
+}
+
+pub async fn state_at_checkpoint(
+    State(app): State<AppState>,
+    Path((id, checkpoint_id)): Path<(String, String)>,
+    q: Query,
+) -> ApiResult<Response> {
+    let id = uuid_param("thread", &id)?;
+    q.bool("subgraphs")?;
+    state_at(&app, &id, "", &checkpoint_id).await
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct CheckpointRef {
+    checkpoint_id: Option<String>,
+    checkpoint_ns: Option<String>,
+    #[allow(dead_code)]
+    checkpoint_map: Option<Value>,
+    #[allow(dead_code)]
+    thread_id: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct StateAtBody {
+    checkpoint: CheckpointRef,
+    #[allow(dead_code)]
+    subgraphs: Option<bool>,
+}
+
+pub async fn state_at_checkpoint_post(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<StateAtBody>,
+) -> ApiResult<Response> {
+    let id = uuid_param("thread", &id)?;
+    let ns = b.checkpoint.checkpoint_ns.unwrap_or_default();
+    match b.checkpoint.checkpoint_id {
+        Some(cid) => state_at(&app, &id, &ns, &cid).await,
+        None => {
+            load_thread(&app, &id).await?;
+            let cp = app
+                .store
+                .get_checkpoint(&id, &ns, None)
+                .await
+                .map_err(|e| ApiError::store("loading the state", e))?;
+            Ok(wire::ok(&state_json(cp.as_ref())))
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct UpdateStateBody {
+    values: Value,
+    as_node: Option<String>,
+    checkpoint: Option<CheckpointRef>,
+    checkpoint_id: Option<String>,
+}
+
+/// The graph a thread belongs to (`metadata.graph_id`; the lead agent when unset).
+fn thread_graph(app: &AppState, thread: &Thread) -> ApiResult<Arc<dyn fawn_agent::GraphRunner>> {
+    let graph_id = thread
+        .metadata
+        .get("graph_id")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .or_else(|| {
+            app.graphs
+                .contains(crate::graphs::LEAD_AGENT)
+                .then(|| crate::graphs::LEAD_AGENT.to_string())
+        });
+    let Some(graph_id) = graph_id else {
+        return Err(ApiError::bad_request(format!(
+            "Thread '{}' has no assigned graph ID. This usually happens when no runs have been made on this thread. Please create a run first or set metadata.graph_id.",
+            thread.thread_id
+        )));
+    };
+    app.graphs
+        .get(&graph_id)
+        .cloned()
+        .ok_or_else(|| ApiError::bad_request(format!("Graph '{graph_id}' not found")))
+}
+
+/// Writes a checkpoint with source `update` applying `values` as node `as_node` would;
+/// returns its id.
+pub async fn apply_state_update(
+    app: &AppState,
+    thread: &Thread,
+    values: Value,
+    as_node: Option<String>,
+    base: Option<(String, String)>,
+) -> ApiResult<String> {
+    let graph = thread_graph(app, thread)?;
+    let (ns, base_id) = match &base {
+        Some((ns, id)) => (ns.clone(), Some(id.clone())),
+        None => (String::new(), None),
+    };
+    let base_cp = app
+        .store
+        .get_checkpoint(&thread.thread_id, &ns, base_id.as_deref())
+        .await
+        .map_err(|e| ApiError::store("loading the state", e))?;
+    if base_id.is_some() && base_cp.is_none() {
+        return Err(ApiError::not_found(format!(
+            "Checkpoint {} not found",
+            base_id.unwrap_or_default()
+        )));
+    }
+    let mut writes: Vec<StateUpdate> = match values {
+        Value::Null => Vec::new(),
+        Value::Array(items) => items
+            .into_iter()
+            .map(StateUpdate::from_value)
+            .collect::<Result<_, _>>()
+            .map_err(|e| {
+                ApiError::unprocessable(format!("Invalid request body at `values`: {e}"))
+            })?,
+        v => vec![StateUpdate::from_value(v).map_err(|e| {
+            ApiError::unprocessable(format!("Invalid request body at `values`: {e}"))
+        })?],
+    };
+    let mut state: ThreadState = base_cp
+        .as_ref()
+        .map(|c| (*c.state).clone())
+        .unwrap_or_default();
+    state
+        .apply_writes(&mut writes)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let next = graph
+        .next_after_update(as_node.as_deref(), &state)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let step = base_cp
+        .as_ref()
+        .and_then(|c| c.metadata.get("step").and_then(Value::as_i64))
+        .map(|s| s + 1)
+        .unwrap_or(-1);
+    let node = as_node.clone().unwrap_or_else(|| "__input__".to_string());
+    let mut metadata = Map::new();
+    metadata.insert("source".into(), json!("update"));
+    metadata.insert("step".into(), json!(step));
+    metadata.insert("parents".into(), json!({}));
+    for k in ["graph_id", "assistant_id"] {
+        if let Some(v) = thread.metadata.get(k) {
+            metadata.insert(k.into(), v.clone());
+        }
+    }
+    let tasks: Vec<TaskRecord> = next
+        .iter()
+        .map(|n| TaskRecord {
+            id: uuid::Uuid::new_v4().to_string(),
+            name: n.clone(),
+            interrupts: Vec::new(),
+            error: None,
+        })
+        .collect();
+    let state = Arc::new(state);
+    let id = app
+        .store
+        .put_checkpoint(NewCheckpoint {
+            thread_id: thread.thread_id.clone(),
+            checkpoint_ns: ns.clone(),
+            parent_id: base_cp.as_ref().map(|c| c.checkpoint_id.clone()),
+            run_id: None,
+            metadata,
+            writes: writes.into_iter().map(|w| (node.clone(), w)).collect(),
+            state: state.clone(),
+            next: next.clone(),
+            tasks,
+        })
+        .await
+        .map_err(|e| ApiError::store("writing the state", e))?;
+    let values = serde_json::to_value(&*state).unwrap_or(Value::Null);
+    app.store
+        .set_thread_summary(
+            &thread.thread_id,
+            ThreadSummary {
+                values: Some(values.clone()),
+                interrupts: Map::new(),
+                has_next: !next.is_empty(),
+                error: None,
+                metadata: Map::new(),
+                config: None,
+            },
+        )
+        .await
+        .map_err(|e| ApiError::store("updating the thread", e))?;
+    app.broker.hub.publish(
+        &thread.thread_id,
+        ThreadItem::StateUpdate(Bytes::from(values.to_string())),
+    );
+    Ok(id)
+}
+
+pub async fn update_state(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<UpdateStateBody>,
+) -> ApiResult<Response> {
+    let id = uuid_param("thread", &id)?;
+    let thread = load_thread(&app, &id).await?;
+    let (ns, cid) = match (&b.checkpoint, &b.checkpoint_id) {
+        (Some(c), _) if c.checkpoint_id.is_some() => (
+            c.checkpoint_ns.clone().unwrap_or_default(),
+            c.checkpoint_id.clone(),
+        ),
+        (_, Some(cid)) => (String::new(), Some(cid.clone())),
+        (Some(c), None) => (c.checkpoint_ns.clone().unwrap_or_default(), None),
+        (None, None) => (String::new(), None),
+    };
+    let base = cid.map(|c| (ns.clone(), c));
+    let new_id = apply_state_update(&app, &thread, b.values, b.as_node, base).await?;
+    let r = wire::checkpoint_ref(&id, &ns, &new_id);
+    Ok(wire::ok(&json!({
+        "checkpoint": r,
+        "configurable": r,
+        "checkpoint_id": new_id,
+    })))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct PatchStateBody {
+    metadata: JsonMap,
+}
+
+pub async fn patch_state(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<PatchStateBody>,
+) -> ApiResult<Response> {
+    let id = uuid_param("thread", &id)?;
+    load_thread(&app, &id).await?;
+    let cp = app
+        .store
+        .get_checkpoint(&id, "", None)
+        .await
+        .map_err(|e| ApiError::store("loading the state", e))?
+        .ok_or_else(|| ApiError::not_found(format!("Thread {id} has no state to patch")))?;
+    app.store
+        .patch_checkpoint_metadata(&id, &cp.checkpoint_id, &b.metadata)
+        .await
+        .map_err(|e| ApiError::store("patching the state", e))?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+// ----------------------------------------------------------------------------- history
+
+/// `before`: a checkpoint id, a Checkpoint object, or `{configurable: {checkpoint_id}}`.
+fn before_id(v: &Value) -> ApiResult<Option<String>> {
+    match v {
+        Value::Null => Ok(None),
+        Value::String(s) => Ok(Some(s.clone())),
+        Value::Object(o) => {
+            let id = o
+                .get("checkpoint_id")
+                .or_else(|| o.get("configurable").and_then(|c| c.get("checkpoint_id")));
+            match id {
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                None | Some(Value::Null) => Ok(None),
+                Some(_) => Err(ApiError::unprocessable(
+                    "Invalid request body at `before`: checkpoint_id must be a string",
+                )),
+            }
+        }
+        _ => Err(ApiError::unprocessable(
+            "Invalid request body at `before`: must be a checkpoint id or a checkpoint object",
+        )),
+    }
+}
+
+async fn history(
+    app: &AppState,
+    id: &str,
+    limit: u64,
+    before: Option<String>,
+    metadata: Option<JsonMap>,
+    ns: String,
+) -> ApiResult<Response> {
+    load_thread(app, id).await?;
+    let items = app
+        .store
+        .list_checkpoints(
+            id,
+            &HistoryQuery {
+                checkpoint_ns: ns,
+                limit: limit.min(1000),
+                before,
+                metadata,
+            },
+        )
+        .await
+        .map_err(|e| ApiError::store("loading the history", e))?;
+    let out: Vec<Value> = items.iter().map(wire::thread_state).collect();
+    Ok(wire::ok(&out))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct HistoryBody {
+    limit: Option<u64>,
+    before: Value,
+    metadata: Option<JsonMap>,
+    checkpoint: Option<CheckpointRef>,
+}
+
+pub async fn history_post(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    OptionalJsonBody(b): OptionalJsonBody<HistoryBody>,
+) -> ApiResult<Response> {
+    let id = uuid_param("thread", &id)?;
+    let b = b.unwrap_or_default();
+    let before = before_id(&b.before)?;
+    let ns = b
+        .checkpoint
+        .and_then(|c| c.checkpoint_ns)
+        .unwrap_or_default();
+    history(&app, &id, b.limit.unwrap_or(10), before, b.metadata, ns).await
+}
+
+pub async fn history_get(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    q: Query,
+) -> ApiResult<Response> {
+    let id = uuid_param("thread", &id)?;
+    let limit = q.u64("limit")?.unwrap_or(10);
+    let before = q.get("before").map(str::to_string);
+    history(&app, &id, limit, before, None, String::new()).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extract_paths() {
+        let v = json!({"values": {"messages": [{"c": 1}, {"c": 2}]}, "x": 3});
+        assert_eq!(extract_path(&v, "values.messages[-1]"), json!({"c": 2}));
+        assert_eq!(extract_path(&v, "values.messages[0].c"), json!(1));
+        assert_eq!(extract_path(&v, "x"), json!(3));
+        assert_eq!(extract_path(&v, "values.messages[5]"), Value::Null);
+        assert_eq!(extract_path(&v, "nope.x"), Value::Null);
+    }
+
+    #[test]
+    fn before_forms() {
+        assert_eq!(before_id(&json!("a")).unwrap(), Some("a".into()));
+        assert_eq!(
+            before_id(&json!({"checkpoint_id": "b"})).unwrap(),
+            Some("b".into())
+        );
+        assert_eq!(
+            before_id(&json!({"configurable": {"checkpoint_id": "c"}})).unwrap(),
+            Some("c".into())
+        );
+        assert_eq!(before_id(&Value::Null).unwrap(), None);
+        assert!(before_id(&json!(3)).is_err());
+    }
+}

@@ -1,0 +1,405 @@
+//! The [`RunObserver`] of one run: persists each `StepCheckpoint` through the checkpoint
+//! store and turns the agent's events into the SSE events of the run's stream modes.
+
+use crate::app::AppState;
+use crate::stream::RunLog;
+use async_trait::async_trait;
+use bytes::Bytes;
+use fawn_agent::{ObserverError, PendingTask, RunObserver, StepCheckpoint};
+use fawn_checkpoint::{JsonMap, NewCheckpoint, TaskRecord};
+use fawn_state::{ChunkAccumulator, EventSink, Interrupt, StreamEvent, ThreadState};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+/// The stream modes a run asked for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Modes {
+    pub values: bool,
+    pub updates: bool,
+    pub messages_tuple: bool,
+    pub messages: bool,
+    pub custom: bool,
+    pub debug: bool,
+    pub events: bool,
+    pub tasks: bool,
+    pub checkpoints: bool,
+}
+
+impl Modes {
+    pub fn from_kwargs(kwargs: &JsonMap) -> Modes {
+        let mut m = Modes::default();
+        let list: Vec<&str> = match kwargs.get("stream_mode") {
+            Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect(),
+            Some(Value::String(s)) => vec![s.as_str()],
+            _ => vec!["values"],
+        };
+        for s in list {
+            match s {
+                "values" => m.values = true,
+                "updates" => m.updates = true,
+                "messages-tuple" => m.messages_tuple = true,
+                "messages" => m.messages = true,
+                "custom" => m.custom = true,
+                "debug" => m.debug = true,
+                "events" => m.events = true,
+                "tasks" => m.tasks = true,
+                "checkpoints" => m.checkpoints = true,
+                _ => {}
+            }
+        }
+        m
+    }
+}
+
+/// What the last persisted checkpoint of the run looked like.
+#[derive(Clone, Debug)]
+pub struct LastCheckpoint {
+    pub id: String,
+    pub state: Arc<ThreadState>,
+    pub next: Vec<String>,
+    pub tasks: Vec<PendingTask>,
+}
+
+#[derive(Default)]
+struct Inner {
+    parent_id: Option<String>,
+    last: Option<LastCheckpoint>,
+    partial: HashMap<String, ChunkAccumulator>,
+    seen_meta: HashSet<String>,
+    interrupt_update_sent: bool,
+}
+
+/// One run's observer.
+pub struct Observer {
+    app: AppState,
+    log: Arc<RunLog>,
+    thread_id: String,
+    run_id: String,
+    modes: Modes,
+    /// Checkpoint metadata shared by every checkpoint of the run.
+    base_meta: JsonMap,
+    inner: Mutex<Inner>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+fn to_bytes<T: Serialize + ?Sized>(v: &T) -> Bytes {
+    match serde_json::to_vec(v) {
+        Ok(b) => Bytes::from(b),
+        Err(_) => Bytes::from_static(b"null"),
+    }
+}
+
+fn now() -> String {
+    crate::wire::ts(&chrono::Utc::now())
+}
+
+fn task_records(tasks: &[PendingTask]) -> Vec<TaskRecord> {
+    tasks
+        .iter()
+        .map(|t| TaskRecord {
+            id: t.id.clone(),
+            name: t.name.clone(),
+            interrupts: t.interrupts.clone(),
+            error: None,
+        })
+        .collect()
+}
+
+impl Observer {
+    pub fn new(
+        app: AppState,
+        log: Arc<RunLog>,
+        thread_id: String,
+        run_id: String,
+        modes: Modes,
+        base_meta: JsonMap,
+        parent_id: Option<String>,
+    ) -> Observer {
+        Observer {
+            app,
+            log,
+            thread_id,
+            run_id,
+            modes,
+            base_meta,
+            inner: Mutex::new(Inner {
+                parent_id,
+                ..Default::default()
+            }),
+        }
+    }
+
+    pub fn modes(&self) -> Modes {
+        self.modes
+    }
+
+    /// The last checkpoint this run wrote.
+    pub fn last(&self) -> Option<LastCheckpoint> {
+        lock(&self.inner).last.clone()
+    }
+
+    pub fn interrupt_update_sent(&self) -> bool {
+        lock(&self.inner).interrupt_update_sent
+    }
+
+    pub fn publish(&self, name: &'static str, data: Bytes) {
+        self.log.publish(name, data);
+    }
+
+    fn checkpoint_ref(&self, id: &str) -> Value {
+        crate::wire::checkpoint_ref(&self.thread_id, "", id)
+    }
+
+    fn config_of(&self, id: &Option<String>) -> Value {
+        match id {
+            Some(id) => json!({"configurable": {
+                "thread_id": self.thread_id, "checkpoint_ns": "", "checkpoint_id": id}}),
+            None => Value::Null,
+        }
+    }
+}
+
+#[async_trait]
+impl RunObserver for Observer {
+    async fn checkpoint(&self, cp: StepCheckpoint) -> Result<String, ObserverError> {
+        let parent_id = lock(&self.inner).parent_id.clone();
+        let mut metadata = self.base_meta.clone();
+        metadata.insert("source".into(), json!(cp.source.as_str()));
+        metadata.insert("step".into(), json!(cp.step));
+        metadata.insert("parents".into(), json!({}));
+        let tasks = task_records(&cp.tasks);
+        let new = NewCheckpoint {
+            thread_id: self.thread_id.clone(),
+            checkpoint_ns: String::new(),
+            parent_id: parent_id.clone(),
+            run_id: Some(self.run_id.clone()),
+            metadata: metadata.clone(),
+            writes: cp.writes,
+            state: cp.state.clone(),
+            next: cp.next.clone(),
+            tasks: tasks.clone(),
+        };
+        let id = self
+            .app
+            .store
+            .put_checkpoint(new)
+            .await
+            .map_err(|e| ObserverError(e.to_string()))?;
+        {
+            let mut g = lock(&self.inner);
+            g.parent_id = Some(id.clone());
+            g.last = Some(LastCheckpoint {
+                id: id.clone(),
+                state: cp.state.clone(),
+                next: cp.next.clone(),
+                tasks: cp.tasks.clone(),
+            });
+        }
+        if self.modes.values {
+            self.log.publish("values", to_bytes(&*cp.state));
+        }
+        if self.modes.checkpoints || self.modes.debug {
+            let task_json: Vec<Value> = tasks
+                .iter()
+                .map(|t| json!({"id": t.id, "name": t.name, "interrupts": t.interrupts, "state": null}))
+                .collect();
+            let payload = json!({
+                "config": self.config_of(&Some(id.clone())),
+                "parent_config": self.config_of(&parent_id),
+                "values": &*cp.state,
+                "metadata": metadata,
+                "next": cp.next,
+                "tasks": task_json,
+            });
+            if self.modes.checkpoints {
+                self.log.publish("checkpoints", to_bytes(&payload));
+            }
+            if self.modes.debug {
+                let mut p = payload;
+                if let Value::Object(m) = &mut p {
+                    m.insert("checkpoint".into(), self.checkpoint_ref(&id));
+                    m.insert(
+                        "parent_checkpoint".into(),
+                        parent_id
+                            .as_deref()
+                            .map(|p| self.checkpoint_ref(p))
+                            .unwrap_or(Value::Null),
+                    );
+                }
+                self.log.publish(
+                    "debug",
+                    to_bytes(&json!({"step": cp.step, "timestamp": now(), "type": "checkpoint", "payload": p})),
+                );
+            }
+        }
+        Ok(id)
+    }
+}
+
+impl EventSink for Observer {
+    fn emit(&self, event: StreamEvent) {
+        let m = self.modes;
+        match event {
+            StreamEvent::MessageChunk { chunk, metadata } => {
+                if m.messages_tuple {
+                    self.log.publish("messages", to_bytes(&(&chunk, &metadata)));
+                }
+                if m.messages {
+                    let id = chunk.id.clone().unwrap_or_default();
+                    let (first, snapshot) = {
+                        let mut g = lock(&self.inner);
+                        let first = g.seen_meta.insert(id.clone());
+                        let acc = g.partial.entry(id.clone()).or_default();
+                        acc.push(&chunk);
+                        let mut snap = acc.snapshot();
+                        if snap.id.is_none() {
+                            snap.id = Some(id.clone());
+                        }
+                        (first, snap)
+                    };
+                    if first {
+                        let mut meta = Map::new();
+                        meta.insert(id.clone(), json!({"metadata": metadata}));
+                        self.log.publish("messages/metadata", to_bytes(&meta));
+                    }
+                    self.log.publish("messages/partial", to_bytes(&[&snapshot]));
+                }
+                if m.events {
+                    self.log.publish(
+                        "events",
+                        to_bytes(&json!({
+                            "event": "on_chat_model_stream",
+                            "name": metadata.get("ls_model_name").cloned().unwrap_or(Value::Null),
+                            "run_id": self.run_id,
+                            "tags": metadata.get("tags").cloned().unwrap_or(json!([])),
+                            "metadata": metadata,
+                            "data": {"chunk": chunk},
+                            "parent_ids": [self.run_id],
+                        })),
+                    );
+                }
+            }
+            StreamEvent::Message { message, metadata } => {
+                if m.messages_tuple {
+                    self.log
+                        .publish("messages", to_bytes(&(&message, &metadata)));
+                }
+                if m.messages {
+                    let id = message.id.clone().unwrap_or_default();
+                    let first = lock(&self.inner).seen_meta.insert(id.clone());
+                    if first {
+                        let mut meta = Map::new();
+                        meta.insert(id, json!({"metadata": metadata}));
+                        self.log.publish("messages/metadata", to_bytes(&meta));
+                    }
+                    self.log.publish("messages/complete", to_bytes(&[&message]));
+                }
+            }
+            StreamEvent::Custom(v) => {
+                if m.custom {
+                    self.log.publish("custom", to_bytes(&v));
+                }
+            }
+            StreamEvent::NodeStart {
+                step,
+                task_id,
+                node,
+                input,
+                triggers,
+            } => {
+                if m.tasks || m.debug {
+                    let payload =
+                        json!({"id": task_id, "name": node, "input": input, "triggers": triggers});
+                    if m.tasks {
+                        self.log.publish("tasks", to_bytes(&payload));
+                    }
+                    if m.debug {
+                        self.log.publish(
+                            "debug",
+                            to_bytes(&json!({"step": step, "timestamp": now(), "type": "task", "payload": payload})),
+                        );
+                    }
+                }
+                if m.events {
+                    self.log.publish(
+                        "events",
+                        to_bytes(&json!({
+                            "event": "on_chain_start", "name": node, "run_id": task_id,
+                            "tags": [], "metadata": {"langgraph_step": step, "langgraph_node": node},
+                            "data": {"input": input}, "parent_ids": [self.run_id],
+                        })),
+                    );
+                }
+            }
+            StreamEvent::NodeEnd {
+                step,
+                task_id,
+                node,
+                update,
+                error,
+                interrupts,
+            } => {
+                if m.updates {
+                    if !interrupts.is_empty() {
+                        lock(&self.inner).interrupt_update_sent = true;
+                        self.log.publish(
+                            "updates",
+                            to_bytes(&json!({"__interrupt__": interrupts_wire(&interrupts)})),
+                        );
+                    } else if !update.is_null() {
+                        let mut o = Map::new();
+                        o.insert(node.clone(), update.clone());
+                        self.log.publish("updates", to_bytes(&o));
+                    }
+                } else if !interrupts.is_empty() {
+                    lock(&self.inner).interrupt_update_sent = true;
+                }
+                if m.tasks || m.debug {
+                    let result = match &update {
+                        Value::Null => json!({}),
+                        other => other.clone(),
+                    };
+                    let payload = json!({"id": task_id, "name": node, "error": error,
+                        "result": result, "interrupts": interrupts_wire(&interrupts)});
+                    if m.tasks {
+                        self.log.publish("tasks", to_bytes(&payload));
+                    }
+                    if m.debug {
+                        self.log.publish(
+                            "debug",
+                            to_bytes(&json!({"step": step, "timestamp": now(), "type": "task_result", "payload": payload})),
+                        );
+                    }
+                }
+                if m.events {
+                    self.log.publish(
+                        "events",
+                        to_bytes(&json!({
+                            "event": "on_chain_end", "name": node, "run_id": task_id,
+                            "tags": [], "metadata": {"langgraph_step": step, "langgraph_node": node},
+                            "data": {"output": update}, "parent_ids": [self.run_id],
+                        })),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Interrupts as stream events carry them: `{value, id}` (+ `response_schema` when set).
+pub fn interrupts_wire(interrupts: &[Interrupt]) -> Value {
+    Value::Array(
+        interrupts
+            .iter()
+            .map(|i| json!({"value": i.value, "id": i.id}))
+            .collect(),
+    )
+}

@@ -1,0 +1,328 @@
+//! The LangGraph wire shapes (`langgraph-api.md` §6) built from storage records: Assistant,
+//! AssistantVersion, Thread, ThreadState, Run, Cron, Item. Timestamps are RFC 3339 with
+//! microseconds and `+00:00`; messages serialize through `fawn_state::Message`.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use fawn_checkpoint::{
+    Assistant, AssistantVersion, Checkpoint, Cron, Item, JsonMap, Run, TaskRecord, Thread,
+};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+/// `2026-11-21T12:31:24.238037+00:00`.
+pub fn ts(t: &DateTime<Utc>) -> String {
+    t.format("%Y-%m-%dT%H:%M:%S%.6f+00:00").to_string()
+}
+
+pub fn ts_opt(t: &Option<DateTime<Utc>>) -> Value {
+    match t {
+        Some(t) => Value::String(ts(t)),
+        None => Value::Null,
+    }
+}
+
+/// A JSON response serialized straight into the body buffer.
+pub fn json_response<T: Serialize + ?Sized>(status: StatusCode, body: &T) -> Response {
+    match serde_json::to_vec(body) {
+        Ok(bytes) => {
+            let mut r = (status, bytes).into_response();
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            r
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "could not serialize a response");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                [(header::CONTENT_TYPE, "application/json")],
+                r#"{"detail":"Internal error: could not serialize the response"}"#,
+            )
+                .into_response()
+        }
+    }
+}
+
+/// 200 with a JSON body.
+pub fn ok<T: Serialize + ?Sized>(body: &T) -> Response {
+    json_response(StatusCode::OK, body)
+}
+
+/// Keeps only `select`ed keys of each object (no-op when `select` is empty).
+pub fn select_keys(v: Value, select: &[String]) -> Value {
+    if select.is_empty() {
+        return v;
+    }
+    match v {
+        Value::Object(mut m) => {
+            let mut out = Map::new();
+            for k in select {
+                if let Some(x) = m.remove(k) {
+                    out.insert(k.clone(), x);
+                }
+            }
+            Value::Object(out)
+        }
+        other => other,
+    }
+}
+
+// ------------------------------------------------------------------------------ assistants
+
+pub fn assistant(a: &Assistant) -> Value {
+    json!({
+        "assistant_id": a.assistant_id,
+        "graph_id": a.graph_id,
+        "config": a.config,
+        "context": a.context,
+        "metadata": a.metadata,
+        "name": a.name,
+        "description": a.description,
+        "version": a.version,
+        "created_at": ts(&a.created_at),
+        "updated_at": ts(&a.updated_at),
+    })
+}
+
+pub fn assistant_version(a: &AssistantVersion) -> Value {
+    json!({
+        "assistant_id": a.assistant_id,
+        "version": a.version,
+        "graph_id": a.graph_id,
+        "config": a.config,
+        "context": a.context,
+        "metadata": a.metadata,
+        "created_at": ts(&a.created_at),
+        "name": a.name,
+        "description": a.description,
+    })
+}
+
+// --------------------------------------------------------------------------------- threads
+
+pub fn thread(t: &Thread) -> Value {
+    let mut m = Map::new();
+    m.insert("thread_id".into(), Value::String(t.thread_id.clone()));
+    m.insert("created_at".into(), Value::String(ts(&t.created_at)));
+    m.insert("updated_at".into(), Value::String(ts(&t.updated_at)));
+    m.insert(
+        "state_updated_at".into(),
+        Value::String(ts(&t.state_updated_at)),
+    );
+    m.insert("metadata".into(), Value::Object(t.metadata.clone()));
+    m.insert("status".into(), Value::String(t.status.as_str().into()));
+    m.insert("config".into(), Value::Object(t.config.clone()));
+    m.insert("values".into(), t.values.clone().unwrap_or(Value::Null));
+    m.insert("interrupts".into(), Value::Object(t.interrupts.clone()));
+    m.insert("error".into(), t.error.clone().unwrap_or(Value::Null));
+    Value::Object(m)
+}
+
+/// `Thread` plus `ttl` (for `?include=ttl`).
+pub fn thread_with_ttl(t: &Thread) -> Value {
+    let mut v = thread(t);
+    if let Value::Object(m) = &mut v {
+        let ttl = match &t.ttl {
+            Some(ttl) => json!({
+                "ttl": ttl.minutes,
+                "strategy": match ttl.strategy {
+                    fawn_checkpoint::PruneStrategy::Delete => "delete",
+                    fawn_checkpoint::PruneStrategy::KeepLatest => "keep_latest",
+                },
+                "expires_at": ts_opt(&t.expires_at),
+            }),
+            None => Value::Null,
+        };
+        m.insert("ttl".into(), ttl);
+    }
+    v
+}
+
+/// A checkpoint reference `{checkpoint_id, thread_id, checkpoint_ns}`.
+pub fn checkpoint_ref(thread_id: &str, ns: &str, id: &str) -> Value {
+    json!({"checkpoint_id": id, "thread_id": thread_id, "checkpoint_ns": ns})
+}
+
+fn task_json(t: &TaskRecord) -> Value {
+    json!({
+        "id": t.id,
+        "name": t.name,
+        "path": ["__pregel_pull", t.name],
+        "error": t.error,
+        "interrupts": t.interrupts,
+        "checkpoint": null,
+        "state": null,
+        "result": null,
+    })
+}
+
+/// `ThreadState` of a checkpoint.
+pub fn thread_state(c: &Checkpoint) -> Value {
+    let interrupts: Vec<&fawn_state::Interrupt> =
+        c.tasks.iter().flat_map(|t| t.interrupts.iter()).collect();
+    let parent = match &c.parent_id {
+        Some(p) => checkpoint_ref(&c.thread_id, &c.checkpoint_ns, p),
+        None => Value::Null,
+    };
+    let mut m = Map::new();
+    m.insert(
+        "values".into(),
+        serde_json::to_value(&c.state).unwrap_or_else(|_| Value::Object(Map::new())),
+    );
+    m.insert("next".into(), json!(c.next));
+    m.insert(
+        "tasks".into(),
+        Value::Array(c.tasks.iter().map(task_json).collect()),
+    );
+    m.insert("metadata".into(), Value::Object(c.metadata.clone()));
+    m.insert("created_at".into(), Value::String(ts(&c.created_at)));
+    m.insert(
+        "checkpoint".into(),
+        checkpoint_ref(&c.thread_id, &c.checkpoint_ns, &c.checkpoint_id),
+    );
+    m.insert("parent_checkpoint".into(), parent);
+    m.insert("interrupts".into(), json!(interrupts));
+    m.insert(
+        "checkpoint_id".into(),
+        Value::String(c.checkpoint_id.clone()),
+    );
+    m.insert(
+        "parent_checkpoint_id".into(),
+        c.parent_id
+            .clone()
+            .map(Value::String)
+            .unwrap_or(Value::Null),
+    );
+    Value::Object(m)
+}
+
+/// `ThreadState` of a thread without checkpoints.
+pub fn empty_thread_state() -> Value {
+    json!({
+        "values": {}, "next": [], "tasks": [], "metadata": null, "created_at": null,
+        "checkpoint": null, "parent_checkpoint": null, "interrupts": [],
+        "checkpoint_id": null, "parent_checkpoint_id": null,
+    })
+}
+
+/// `{task_id: [Interrupt…]}` for `Thread.interrupts`.
+pub fn interrupts_by_task(tasks: &[TaskRecord]) -> JsonMap {
+    let mut m = Map::new();
+    for t in tasks {
+        if !t.interrupts.is_empty() {
+            m.insert(t.id.clone(), json!(t.interrupts));
+        }
+    }
+    m
+}
+
+// ------------------------------------------------------------------------------------ runs
+
+#[derive(Serialize)]
+struct RunOut<'a> {
+    run_id: &'a str,
+    thread_id: &'a str,
+    assistant_id: &'a str,
+    created_at: String,
+    updated_at: String,
+    status: &'static str,
+    metadata: &'a JsonMap,
+    multitask_strategy: &'static str,
+    kwargs: &'a JsonMap,
+    attempt: u32,
+    error: &'a Option<Value>,
+    cancel_reason: Option<&'static str>,
+    stop_reason: &'a Option<String>,
+    langsmith_session_name: Option<()>,
+}
+
+fn run_out(r: &Run) -> RunOut<'_> {
+    RunOut {
+        run_id: &r.run_id,
+        thread_id: &r.thread_id,
+        assistant_id: &r.assistant_id,
+        created_at: ts(&r.created_at),
+        updated_at: ts(&r.updated_at),
+        status: r.status.as_str(),
+        metadata: &r.metadata,
+        multitask_strategy: r.multitask_strategy.as_str(),
+        kwargs: &r.kwargs,
+        attempt: r.attempt,
+        error: &r.error,
+        cancel_reason: r.cancel_requested.map(|a| match a {
+            fawn_checkpoint::CancelAction::Interrupt => "interrupt",
+            fawn_checkpoint::CancelAction::Rollback => "rollback",
+        }),
+        stop_reason: &r.stop_reason,
+        langsmith_session_name: None,
+    }
+}
+
+pub fn run(r: &Run) -> Value {
+    serde_json::to_value(run_out(r)).unwrap_or(Value::Null)
+}
+
+/// A `Run` response serialized without an intermediate `Value`.
+pub fn run_response(r: &Run) -> Response {
+    ok(&run_out(r))
+}
+
+// ----------------------------------------------------------------------------------- crons
+
+pub fn cron(c: &Cron) -> Value {
+    json!({
+        "cron_id": c.cron_id,
+        "assistant_id": c.assistant_id,
+        "thread_id": c.thread_id,
+        "user_id": c.user_id.clone().unwrap_or_default(),
+        "schedule": c.schedule,
+        "timezone": c.timezone,
+        "end_time": ts_opt(&c.end_time),
+        "payload": c.payload,
+        "next_run_date": ts_opt(&c.next_run_date),
+        "metadata": c.metadata,
+        "on_run_completed": c.on_run_completed,
+        "enabled": c.enabled,
+        "created_at": ts(&c.created_at),
+        "updated_at": ts(&c.updated_at),
+    })
+}
+
+// ----------------------------------------------------------------------------------- store
+
+pub fn item(i: &Item) -> Value {
+    json!({
+        "namespace": i.namespace,
+        "key": i.key,
+        "value": i.value,
+        "created_at": ts(&i.created_at),
+        "updated_at": ts(&i.updated_at),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn timestamps_have_micros_and_offset() {
+        let t = Utc
+            .timestamp_opt(1_795_264_317, 238_037_000)
+            .single()
+            .unwrap();
+        assert_eq!(ts(&t), "2026-11-21T12:31:57.238037+00:00");
+    }
+
+    #[test]
+    fn select_filters_keys() {
+        let v = json!({"a": 1, "b": 2, "c": 3});
+        assert_eq!(
+            select_keys(v, &["a".into(), "c".into(), "z".into()]),
+            json!({"a": 1, "c": 3})
+        );
+    }
+}

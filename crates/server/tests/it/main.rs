@@ -1,0 +1,34 @@
+//! Integration tests of the server over real HTTP. Persistence-dependent cases run on SQLite
+//! and on Postgres (`TEST_DATABASE_URL`, a fresh schema per test).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod helpers;
+
+/// Generates `<case>::sqlite` and `<case>::postgres` tests from `async fn <case>(db: Db)`.
+macro_rules! backends {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    super::$name($crate::helpers::Db::Sqlite).await
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    super::$name($crate::helpers::Db::Postgres).await
+                }
+            }
+        )*
+    };
+}
+
+mod assistants_store;
+mod bad_input;
+mod crons;
+mod lead_agent;
+mod meta;
+mod processes;
+mod recovery;
+mod runs;
+mod sse_reader;
+mod threads;
