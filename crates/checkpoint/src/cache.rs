@@ -6,11 +6,12 @@
 //! the same database. Each entry keeps the snapshot accounting the next write needs, and
 //! the state:
 //!
-//! * after a write, only a *weak* reference to the writer's state: the agent keeps
-//!   updating its state in place (`Arc::make_mut` does not copy while the cache holds no
-//!   strong reference), and reads while it runs are still free;
-//! * after a read that had to rebuild the state, a strong reference, so the next read of
-//!   the same checkpoint (typically the next run's start) is free.
+//! * after a write in the middle of a run, only a *weak* reference to the writer's state:
+//!   the agent keeps updating its state in place (`Arc::make_mut` does not copy while the
+//!   cache holds no strong reference), and reads while it runs are still free;
+//! * after the write that ends a run (nothing next, or an interrupt), and after a read
+//!   that had to rebuild the state, a strong reference, so the next run's start reads it
+//!   for free.
 //!
 //! Bounded by entry count and by the approximate serialized size of the states held
 //! strongly (least recently used first out).

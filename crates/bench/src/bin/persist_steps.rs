@@ -240,10 +240,19 @@ async fn cold_reads(config: &BackendConfig) -> Result<(f64, f64)> {
             threads.push((size, thread));
         }
     }
+    let warm_up = writer.create_thread(NewThread::default()).await?.thread_id;
+    let mut chain = Chain::new(warm_up.clone());
+    for i in 0..20 {
+        chain.put(&*writer, "agent", agent_step(i)).await?;
+    }
     writer.close().await;
     let mut out = [Vec::new(), Vec::new()];
     for _ in 0..3 {
         let reader = fawn_checkpoint::open(config).await?;
+        // Connected and its statements prepared, but nothing of these threads cached.
+        for _ in 0..3 {
+            reader.get_checkpoint(&warm_up, "", None).await?;
+        }
         for (size, thread) in &threads {
             let start = Instant::now();
             reader
@@ -369,8 +378,12 @@ async fn tool_calling_run(db: &dyn Persistence, worker: &str, n: u64) -> Result<
             StateUpdate::from_value(json!({"title": "Search results"}))?,
         ),
     ];
-    for (node, update) in steps {
-        let cp = chain.next(node, update, Some(&run_id))?;
+    let last = steps.len() - 1;
+    for (i, (node, update)) in steps.into_iter().enumerate() {
+        let mut cp = chain.next(node, update, Some(&run_id))?;
+        if i == last {
+            cp.next.clear(); // the run ends here
+        }
         chain.last = Some(db.put_checkpoint(cp).await?);
     }
     db.finish_run(

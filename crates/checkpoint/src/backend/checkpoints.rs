@@ -246,6 +246,13 @@ pub(crate) async fn delete_run_checkpoints(
     .await
 }
 
+/// A checkpoint after which the run stops (nothing scheduled next, or waiting on an
+/// interrupt): its writer will not update the state further, so the cache can hold it
+/// strongly for the next run's start without costing the writer a copy.
+fn ends_a_run(cp: &NewCheckpoint) -> bool {
+    cp.next.is_empty() || cp.tasks.iter().any(|t| !t.interrupts.is_empty())
+}
+
 /// A checkpoint ready to insert (everything computed before the retry loop).
 struct Prepared {
     thread_id: String,
@@ -708,7 +715,11 @@ impl CheckpointStore for SqlStore {
             ns,
             Cached {
                 checkpoint_id: prepared.id.clone(),
-                state: Held::Weak(Arc::downgrade(&checkpoint.state)),
+                state: if ends_a_run(&checkpoint) {
+                    Held::Strong(checkpoint.state.clone())
+                } else {
+                    Held::Weak(Arc::downgrade(&checkpoint.state))
+                },
                 accounting: prepared.accounting,
             },
         );

@@ -575,6 +575,11 @@ fn migrator(dialect: Dialect) -> Migrator {
                 "claim function",
                 include_str!("../../../../migrations/postgres/0002_claim_function.sql"),
             ),
+            (
+                3,
+                "claim function plpgsql",
+                include_str!("../../../../migrations/postgres/0003_claim_function_plpgsql.sql"),
+            ),
         ],
     };
     Migrator::with_migrations(

@@ -61,8 +61,8 @@ const CLAIM_NEXT_SQLITE: &str = concat!(
     run_cols!()
 );
 
-/// The same claim, through the function of `migrations/postgres/0002_claim_function.sql`
-/// (`FOR UPDATE SKIP LOCKED`, planned with `enable_sort = off`).
+/// The same claim, through the function of `migrations/postgres/0003_claim_function_plpgsql.sql`
+/// (`FOR UPDATE SKIP LOCKED`, planned once per connection with `enable_sort = off`).
 const CLAIM_NEXT_POSTGRES: &str = concat!(
     "SELECT ",
     run_cols!(),
