@@ -133,7 +133,12 @@ fn init_logging(level: Option<&str>) {
     let default = level.unwrap_or("info").to_ascii_lowercase();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
+    // Colours only on a terminal: log files and CI output stay plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .try_init();
 }
 
 fn load_settings(path: Option<PathBuf>) -> anyhow::Result<fawn_config::Settings> {
