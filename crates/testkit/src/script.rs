@@ -353,6 +353,18 @@ pub struct RequestView {
 /// The sentence the demo model starts every answer with.
 pub const DEMO_PREFIX: &str = "This is the Fawn demo model: no language model is configured, so this answer is generated locally.";
 
+/// The user's own words: servers that wrap user input between boundary lines
+/// (`--- BEGIN USER INPUT ---` … `--- END USER INPUT ---`, a prompt-injection defence) get
+/// only the text between them echoed back.
+fn quoted_user_text(text: &str) -> &str {
+    const BEGIN: &str = "--- BEGIN USER INPUT ---";
+    const END: &str = "--- END USER INPUT ---";
+    match (text.find(BEGIN), text.rfind(END)) {
+        (Some(b), Some(e)) if b + BEGIN.len() <= e => text[b + BEGIN.len()..e].trim(),
+        _ => text,
+    }
+}
+
 impl Behavior {
     /// The answer this behaviour gives to `view`.
     pub fn answer(&self, view: &RequestView) -> Turn {
@@ -367,7 +379,10 @@ impl Behavior {
                 } else if view.last_user_text.trim().is_empty() {
                     format!("{DEMO_PREFIX} Configure a model in config.yaml to get real answers.")
                 } else {
-                    format!("{DEMO_PREFIX} You said: {}", view.last_user_text)
+                    format!(
+                        "{DEMO_PREFIX} You said: {}",
+                        quoted_user_text(&view.last_user_text)
+                    )
                 };
                 Turn::text(text)
             }
@@ -471,6 +486,11 @@ mod tests {
         assert_eq!(t.text, "hello");
         let t = b.answer(&view(LastRole::Tool, &["calc"]));
         assert_eq!(t.text, "done");
+        let mut wrapped = view(LastRole::User, &[]);
+        wrapped.last_user_text =
+            "--- BEGIN USER INPUT ---\nhello\n--- END USER INPUT ---".to_string();
+        let t = Behavior::Demo.answer(&wrapped);
+        assert!(t.text.ends_with("You said: hello"), "{}", t.text);
         let t = Behavior::Demo.answer(&view(LastRole::User, &[]));
         assert!(t.text.starts_with(DEMO_PREFIX) && t.text.ends_with("hello"));
     }
