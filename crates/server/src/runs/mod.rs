@@ -597,6 +597,16 @@ async fn run_attempt(app: &AppState, run: &Run, active: &Arc<ActiveRun>) {
         checkpoint_meta(run, &graph_id),
         spec.start.checkpoint_id.clone(),
     ));
+    // A run without new state (resume, null input, a command without `update`) starts, in
+    // LangGraph, with the current state as its first `values` event.
+    let writes_nothing_first =
+        spec.input.is_none() && spec.command.as_ref().is_none_or(|c| c.update.is_none());
+    if observer.modes().values && writes_nothing_first && spec.start.checkpoint_id.is_some() {
+        observer.publish(
+            "values",
+            Bytes::from(state_value(&spec.start.state).to_string()),
+        );
+    }
     let dyn_obs: Arc<dyn RunObserver> = observer.clone();
     let outcome = match std::panic::AssertUnwindSafe(graph.run(spec, dyn_obs, active.token.clone()))
         .catch_unwind()

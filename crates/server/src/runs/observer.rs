@@ -176,6 +176,9 @@ impl RunObserver for Observer {
         metadata.insert("step".into(), json!(cp.step));
         metadata.insert("parents".into(), json!({}));
         let tasks = task_records(&cp.tasks);
+        // LangGraph emits `values` only for supersteps that changed the state: the input
+        // checkpoint, a fork copy and a `next`-only checkpoint carry no writes.
+        let changed = !cp.writes.is_empty();
         let new = NewCheckpoint {
             thread_id: self.thread_id.clone(),
             checkpoint_ns: String::new(),
@@ -203,7 +206,7 @@ impl RunObserver for Observer {
                 tasks: cp.tasks.clone(),
             });
         }
-        if self.modes.values {
+        if self.modes.values && changed {
             self.log.publish("values", to_bytes(&*cp.state));
         }
         if self.modes.checkpoints || self.modes.debug {

@@ -68,6 +68,19 @@ async fn stream_tool_calling_run(db: Db) {
     let n = names(&events);
     assert_eq!(n[0], "metadata");
     assert_eq!(n[1], "values");
+    // The first state is the input applied (LangGraph sends no empty state before it).
+    assert_eq!(
+        events[1].data["messages"][0]["content"],
+        "weather in paris?"
+    );
+    assert_eq!(events[1].data["messages"].as_array().unwrap().len(), 1);
+    // Every `values` event is a state that changed: no two in a row are equal.
+    let values: Vec<&Value> = events
+        .iter()
+        .filter(|e| e.event == "values")
+        .map(|e| &e.data)
+        .collect();
+    assert!(values.windows(2).all(|w| w[0] != w[1]), "{values:?}");
     // Token chunks, then the agent's update, then the new state; then the tool message.
     let first_update = n.iter().position(|e| *e == "updates").unwrap();
     assert!(n[2..first_update].iter().all(|e| *e == "messages"));
@@ -592,14 +605,17 @@ async fn breakpoints_then_resume(db: Db) {
     let (_, state) = app.get_json(&format!("/threads/{tid}/state")).await;
     assert_eq!(state["next"], json!(["tools"]));
     assert_eq!(state["interrupts"], json!([]));
-    // Resume with no input.
-    let (s, v) = app
-        .post_json(
-            &format!("/threads/{tid}/runs/wait"),
-            json!({"assistant_id": "lead_agent", "input": null}),
+    // Resume with no input: the stream starts with the current state, then goes on.
+    let r = app
+        .post(
+            &format!("/threads/{tid}/runs/stream"),
+            json!({"assistant_id": "lead_agent", "input": null, "stream_mode": ["values"]}),
         )
         .await;
-    assert_eq!(s, 200);
+    let events = parse_sse(&r.text().await.unwrap());
+    assert_eq!(names(&events)[..2], ["metadata", "values"]);
+    assert_eq!(events[1].data["messages"].as_array().unwrap().len(), 2);
+    let v = &events.last().unwrap().data;
     assert_eq!(v["messages"].as_array().unwrap().len(), 4, "{v}");
     let (_, thread) = app.get_json(&format!("/threads/{tid}")).await;
     assert_eq!(thread["status"], "idle");
