@@ -307,8 +307,9 @@ pub fn resolve_options(
         None => default,
     };
     let info = model.info().clone();
-    let mut thinking_enabled = match cfg.get("thinking_enabled") {
-        Some(v) => truthy(v),
+    let explicit_thinking = cfg.get("thinking_enabled").map(truthy);
+    let mut thinking_enabled = match explicit_thinking {
+        Some(v) => v,
         None => agent.and_then(|a| a.thinking_enabled).unwrap_or(true),
     };
     if thinking_enabled && !info.supports_thinking {
@@ -316,7 +317,13 @@ pub fn resolve_options(
             "Thinking mode is enabled but model '{}' does not support it; fallback to non-thinking mode.",
             info.name
         );
-        tracing::warn!("{w}");
+        // Thinking is on by default: only a request that asked for it deserves a warning
+        // in the log, or every run on such a model would print one.
+        if explicit_thinking == Some(true) {
+            tracing::warn!("{w}");
+        } else {
+            tracing::debug!("{w}");
+        }
         warnings.push(w);
         thinking_enabled = false;
     }
