@@ -597,6 +597,9 @@ async fn run_attempt(app: &AppState, run: &Run, active: &Arc<ActiveRun>) {
         checkpoint_meta(run, &graph_id),
         spec.start.checkpoint_id.clone(),
     ));
+    if spec.input.is_none() && spec.start.checkpoint_id.is_some() {
+        observer.resuming_from(&spec.start.state);
+    }
     let dyn_obs: Arc<dyn RunObserver> = observer.clone();
     let outcome = match std::panic::AssertUnwindSafe(graph.run(spec, dyn_obs, active.token.clone()))
         .catch_unwind()
@@ -733,7 +736,12 @@ async fn complete(
         return;
     }
 
-    let values_json = values.clone().unwrap_or_else(|| json!({}));
+    // The wait/join body is the last `values` the run produced: its last checkpoint, else
+    // the state it resumed from (a run with nothing left to do), else the thread's state.
+    let values_json = match (&last, observer.start_values()) {
+        (None, Some(start)) => start,
+        _ => values.clone().unwrap_or_else(|| json!({})),
+    };
     let (status, error, stop_reason, body) = match outcome {
         RunOutcome::Success {
             interrupts: raised,

@@ -5,7 +5,7 @@ use crate::app::AppState;
 use crate::stream::RunLog;
 use async_trait::async_trait;
 use bytes::Bytes;
-use fawn_agent::{ObserverError, PendingTask, RunObserver, StepCheckpoint};
+use fawn_agent::{CheckpointSource, ObserverError, PendingTask, RunObserver, StepCheckpoint};
 use fawn_checkpoint::{JsonMap, NewCheckpoint, TaskRecord};
 use fawn_state::{ChunkAccumulator, EventSink, Interrupt, StreamEvent, ThreadState};
 use serde::Serialize;
@@ -69,6 +69,8 @@ struct Inner {
     partial: HashMap<String, ChunkAccumulator>,
     seen_meta: HashSet<String>,
     interrupt_update_sent: bool,
+    /// The state a resumed run started from (published first, as LangGraph does).
+    start_values: Option<Value>,
 }
 
 /// One run's observer.
@@ -146,6 +148,21 @@ impl Observer {
         lock(&self.inner).last.clone()
     }
 
+    /// A run without input (`input: null`, a `command`, a recovered run) resumes from the
+    /// thread's current checkpoint: like LangGraph, its `values` stream starts with that state.
+    pub fn resuming_from(&self, state: &ThreadState) {
+        let v = serde_json::to_value(state).unwrap_or_else(|_| Value::Object(Map::new()));
+        if self.modes.values {
+            self.log.publish("values", to_bytes(&v));
+        }
+        lock(&self.inner).start_values = Some(v);
+    }
+
+    /// The state published by [`Observer::resuming_from`], if any.
+    pub fn start_values(&self) -> Option<Value> {
+        lock(&self.inner).start_values.clone()
+    }
+
     pub fn interrupt_update_sent(&self) -> bool {
         lock(&self.inner).interrupt_update_sent
     }
@@ -203,7 +220,11 @@ impl RunObserver for Observer {
                 tasks: cp.tasks.clone(),
             });
         }
-        if self.modes.values {
+        // LangGraph's input checkpoint (`next = [__start__]`) records the state before the
+        // input is applied; it is not the output of a superstep, so no `values` event.
+        let input_only =
+            cp.source == CheckpointSource::Input && cp.next.len() == 1 && cp.next[0] == "__start__";
+        if self.modes.values && !input_only {
             self.log.publish("values", to_bytes(&*cp.state));
         }
         if self.modes.checkpoints || self.modes.debug {
