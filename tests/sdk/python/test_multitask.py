@@ -72,3 +72,35 @@ def test_strategies_do_not_cross_threads(client):
     assert "elsewhere" in answer_text(out)
     assert client.runs.get(tid, first)["status"] == "running"
     client.runs.cancel(tid, first, wait=True)
+
+
+@pytest.mark.parametrize("strategy", ["interrupt", "rollback"])
+def test_the_replaced_runs_stream_ends_cleanly(client, server, strategy):
+    import threading
+
+    from langgraph_sdk import get_sync_client
+
+    tid = client.threads.create()["thread_id"]
+    other = get_sync_client(url=server.url, api_key=None, timeout=30)
+    parts, done = [], threading.Event()
+
+    def consume():
+        try:
+            for p in other.runs.stream(tid, AGENT, input=user(slow(words=200, delay_ms=25)),
+                                       stream_mode=["messages-tuple", "values"]):
+                parts.append(p)
+        finally:
+            done.set()
+
+    threading.Thread(target=consume, daemon=True).start()
+    eventually(lambda: any(p.event == "messages" for p in parts), what="the first run streaming")
+    first = parts[0].data["run_id"]
+    out = client.runs.wait(tid, AGENT, input=user("take over"), multitask_strategy=strategy)
+    assert "take over" in answer_text(out)
+    assert done.wait(10), "the first run's stream closed"
+    assert "error" not in [p.event for p in parts]
+    if strategy == "interrupt":
+        assert client.runs.get(tid, first)["status"] == "interrupted"
+    else:
+        with pytest.raises(NotFoundError):
+            client.runs.get(tid, first)

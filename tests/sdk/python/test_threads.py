@@ -191,3 +191,38 @@ def test_update_state_errors(client):
         client.threads.get_state(str(uuid.uuid4()))
     with pytest.raises(UnprocessableEntityError):
         client.threads.get("nope")
+
+
+def test_update_minimal_ttl_and_include(client):
+    th = client.threads.create(ttl={"ttl": 60, "strategy": "delete"})
+    tid = th["thread_id"]
+    assert client.threads.update(tid, metadata={"x": 1}, return_minimal=True) is None
+    assert client.threads.get(tid)["metadata"] == {"x": 1}
+    got = client.threads.get(tid, include=["ttl"])
+    assert got["ttl"]["ttl"] == 60 and got["ttl"]["strategy"] == "delete"
+
+
+def test_create_with_supersteps(client):
+    th = client.threads.create(
+        graph_id=AGENT,
+        supersteps=[
+            {"updates": [{"values": {"messages": [{"type": "human", "content": "copied q"}]}, "as_node": "__start__"}]},
+            {"updates": [{"values": {"messages": [{"type": "ai", "content": "copied a"}]}, "as_node": "model"}]},
+        ],
+    )
+    st = client.threads.get_state(th["thread_id"])
+    assert [m["content"] for m in messages(st["values"])] == ["copied q", "copied a"]
+    assert len(client.threads.get_history(th["thread_id"], limit=10)) >= 2
+    # the copied conversation continues like any other
+    out = client.runs.wait(th["thread_id"], AGENT, input=user("and now?"))
+    assert "and now?" in answer_text(out)
+
+
+def test_delete_assistant_with_its_threads(client):
+    a = client.assistants.create(AGENT, name="owner")
+    tid = client.threads.create()["thread_id"]
+    client.runs.wait(tid, a["assistant_id"], input=user("mine"))
+    assert client.threads.get(tid)["metadata"]["assistant_id"] == a["assistant_id"]
+    client.assistants.delete(a["assistant_id"], delete_threads=True)
+    with pytest.raises(NotFoundError):
+        client.threads.get(tid)
