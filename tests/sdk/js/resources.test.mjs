@@ -63,6 +63,38 @@ for (const [backend, url] of servers()) {
       const res = await c.threads.updateState(thread_id, { values: { note: "js" } });
       assert.equal(res.checkpoint.thread_id, thread_id);
       assert.equal((await c.threads.getState(thread_id)).values.note, "js");
+      await c.threads.patchState(thread_id, { reviewed: true });
+      const patched = await c.threads.getState(thread_id);
+      assert.equal(patched.metadata.reviewed, true);
+      assert.equal(patched.checkpoint.checkpoint_id, res.checkpoint.checkpoint_id);
+    });
+
+    test("thread joinStream follows every run of the thread", async () => {
+      const { thread_id } = await c.threads.create();
+      const controller = new AbortController();
+      const seen = [];
+      const reading = (async () => {
+        try {
+          for await (const part of c.threads.joinStream(thread_id, {
+            streamMode: ["lifecycle"], signal: controller.signal,
+          })) {
+            seen.push(part);
+            if (seen.filter((p) => p.data?.status === "run_done").length === 2) controller.abort();
+          }
+        } catch (e) {
+          if (!controller.signal.aborted) throw e;
+        }
+      })();
+      await new Promise((r) => setTimeout(r, 300));
+      const a = await c.runs.create(thread_id, AGENT, { input: user("one") });
+      await c.runs.join(thread_id, a.run_id);
+      const b = await c.runs.create(thread_id, AGENT, { input: user("two") });
+      await c.runs.join(thread_id, b.run_id);
+      const timer = setTimeout(() => controller.abort(), 10000);
+      await reading;
+      clearTimeout(timer);
+      const done = seen.filter((p) => p.data?.status === "run_done").map((p) => p.data.run_id);
+      assert.deepEqual(done, [a.run_id, b.run_id]);
     });
 
     test("runs: create, join, list with status/select, get, delete, batch", async () => {
