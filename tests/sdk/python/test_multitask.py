@@ -32,7 +32,7 @@ def test_reject(client):
 
 
 def test_enqueue(client):
-    tid, first, _ = busy_thread(client, words=30)
+    tid, first, _ = busy_thread(client, words=60)
     second = client.runs.create(tid, AGENT, input=user("second"), multitask_strategy="enqueue")
     assert client.runs.get(tid, second["run_id"])["status"] == "pending"
     out = client.runs.join(tid, second["run_id"])

@@ -43,7 +43,7 @@ def test_disconnect_then_resume_mid_run(client):
     tid = client.threads.create()["thread_id"]
     seen = []
     stream = client.runs.stream(
-        tid, AGENT, input=user(slow(words=40, delay_ms=40)), stream_mode=MODES,
+        tid, AGENT, input=user(slow(words=60, delay_ms=40)), stream_mode=MODES,
         stream_resumable=True, on_disconnect="continue",
     )
     for part in stream:

@@ -99,7 +99,7 @@ def test_background_run_then_join_and_list(client):
 def test_busy_while_running_then_join_stream(client):
     tid = client.threads.create()["thread_id"]
     run = client.runs.create(
-        tid, AGENT, input=user(slow(words=30, delay_ms=30)),
+        tid, AGENT, input=user(slow(words=60, delay_ms=30)),
         stream_mode=["values", "messages-tuple"],
     )
     rid = run["run_id"]
@@ -111,7 +111,7 @@ def test_busy_while_running_then_join_stream(client):
     assert client.runs.get(tid, rid)["status"] == "success"
     assert client.threads.get(tid)["status"] == "idle"
     # a join with a stream_mode filter only sees that mode
-    r2 = client.runs.create(tid, AGENT, input=user(slow(words=20, delay_ms=30)), stream_mode=["values", "updates"])
+    r2 = client.runs.create(tid, AGENT, input=user(slow(words=60, delay_ms=30)), stream_mode=["values", "updates"])
     wait_running(client, tid, r2["run_id"])
     only = list(client.runs.join_stream(tid, r2["run_id"], stream_mode="updates"))
     assert only and set(names(only)) == {"updates"}
