@@ -3,12 +3,37 @@
 CARGO ?= cargo
 export TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 
-.PHONY: test deps lint fmt build release serve bench clean-data
+PYTHON ?= python3
+VENV := .venv
+SDK_JS := tests/sdk/js
 
-## Everything CI checks: formatting, lints, unit + integration tests (SQLite and Postgres).
+.PHONY: test deps lint fmt build release serve bench clean-data sdk-test sdk-bins
+
+## Everything CI checks: formatting, lints, unit + integration tests (SQLite and Postgres),
+## then the SDK compatibility suites (real Python and JS LangGraph SDKs against `fawn serve`).
 test: deps lint
 	$(CARGO) test --workspace --all-targets --locked
 	$(CARGO) test --workspace --doc --locked
+	$(MAKE) sdk-test
+
+## The SDK compatibility suites (tests/sdk): Python `langgraph_sdk` under pytest and JS
+## `@langchain/langgraph-sdk` under node:test, each against a spawned `fawn serve` on SQLite
+## and on Postgres (TEST_DATABASE_URL) with the testkit mock LLM. Pinned versions.
+sdk-test: sdk-bins $(VENV)/.installed $(SDK_JS)/node_modules/.installed
+	cd tests/sdk/python && ../../../$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python tests/sdk/harness.py -- node --test --test-concurrency=1 --test-timeout=120000 $(SDK_JS)/
+
+sdk-bins:
+	$(CARGO) build --locked -p fawn -p fawn-testkit --bins
+
+$(VENV)/.installed: tests/sdk/python/requirements.txt
+	$(VENV)/bin/python -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r tests/sdk/python/requirements.txt
+	touch $@
+
+$(SDK_JS)/node_modules/.installed: $(SDK_JS)/package.json $(SDK_JS)/package-lock.json
+	cd $(SDK_JS) && npm ci --no-audit --no-fund
+	touch $@
 
 ## System packages the tests need (bubblewrap for the bash sandbox). Idempotent.
 deps:

@@ -25,8 +25,8 @@ mod server;
 
 pub use record::RecordedRequest;
 pub use script::{
-    Behavior, Chunking, DEMO_PREFIX, Fault, LastRole, MockToolCall, MockUsage, RequestView, Rules,
-    Turn,
+    Behavior, Chunking, DEMO_PREFIX, DIRECTIVE_MARKER, Directive, Fault, LastRole, MockToolCall,
+    MockUsage, RequestView, Rules, Turn,
 };
 
 use axum::serve::ListenerExt;

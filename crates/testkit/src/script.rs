@@ -319,6 +319,10 @@ pub enum Behavior {
     Demo,
     /// Stateless rules (see [`Rules`]).
     Rules(Rules),
+    /// Echo, unless the last user message carries a [`DIRECTIVE_MARKER`] directive saying
+    /// what to answer (see [`Directive`]). Stateless, so concurrent runs can share one mock
+    /// and each test message picks its own behaviour.
+    Directives,
     /// Answer HTTP 500 "mock LLM script exhausted".
     Fail,
 }
@@ -348,6 +352,115 @@ pub struct RequestView {
     pub last_tool_result: String,
     /// Characters of message text in the request (for usage estimates).
     pub prompt_chars: usize,
+}
+
+/// Starts a directive in a user message: `@mock {"tool": "calc", "args": {"x": 1}}`.
+pub const DIRECTIVE_MARKER: &str = "@mock";
+
+/// What a user message asks the [`Behavior::Directives`] mock to do: the JSON object that
+/// follows [`DIRECTIVE_MARKER`] (anything after the object is ignored).
+///
+/// * `tool` (+ `args`, default `{}`): while the last message is not a tool result, call it;
+/// * `after_tool`: the answer once the last message is a tool result (default
+///   `Tool result: <result>`);
+/// * `text`: the answer instead of echoing the user;
+/// * `delay_ms` / `chunk_chars`: delay between streamed chunks / characters per chunk;
+/// * `reasoning`: streamed before the answer.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Directive {
+    pub tool: Option<(String, Value)>,
+    pub after_tool: Option<String>,
+    pub text: Option<String>,
+    pub delay: Option<Duration>,
+    pub chunk_chars: Option<usize>,
+    pub reasoning: Option<String>,
+}
+
+impl Directive {
+    /// The directive in `text`: `Ok(None)` without a marker, `Err` when what follows the
+    /// marker is not a JSON object of the known fields.
+    pub fn parse(text: &str) -> Result<Option<Directive>, String> {
+        let Some(at) = text.find(DIRECTIVE_MARKER) else {
+            return Ok(None);
+        };
+        let rest = &text[at + DIRECTIVE_MARKER.len()..];
+        let value = serde_json::Deserializer::from_str(rest)
+            .into_iter::<Value>()
+            .next()
+            .ok_or_else(|| "no JSON object after @mock".to_string())?
+            .map_err(|e| format!("the @mock directive is not JSON: {e}"))?;
+        let Value::Object(o) = value else {
+            return Err("the @mock directive must be a JSON object".to_string());
+        };
+        let string = |key: &str| -> Result<Option<String>, String> {
+            match o.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(other) => Err(format!("@mock {key} must be a string, got {other}")),
+            }
+        };
+        let number = |key: &str| -> Result<Option<u64>, String> {
+            match o.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(v) => v
+                    .as_u64()
+                    .map(Some)
+                    .ok_or_else(|| format!("@mock {key} must be a non-negative integer, got {v}")),
+            }
+        };
+        for key in o.keys() {
+            if ![
+                "tool",
+                "args",
+                "after_tool",
+                "text",
+                "delay_ms",
+                "chunk_chars",
+                "reasoning",
+            ]
+            .contains(&key.as_str())
+            {
+                return Err(format!("unknown @mock field {key:?}"));
+            }
+        }
+        let tool = match string("tool")? {
+            Some(name) => {
+                let args = o
+                    .get("args")
+                    .cloned()
+                    .unwrap_or_else(|| Value::Object(Map::new()));
+                if !args.is_object() {
+                    return Err("@mock args must be a JSON object".to_string());
+                }
+                Some((name, args))
+            }
+            None => None,
+        };
+        Ok(Some(Directive {
+            tool,
+            after_tool: string("after_tool")?,
+            text: string("text")?,
+            delay: number("delay_ms")?.map(Duration::from_millis),
+            chunk_chars: number("chunk_chars")?.map(|n| n.max(1) as usize),
+            reasoning: string("reasoning")?,
+        }))
+    }
+
+    /// The answer to `view` under this directive.
+    pub fn answer(&self, view: &RequestView) -> Turn {
+        let mut turn = match (&self.tool, view.last_role) {
+            (_, LastRole::Tool) => Turn::text(match &self.after_tool {
+                Some(t) => t.clone(),
+                None => format!("Tool result: {}", view.last_tool_result),
+            }),
+            (Some((name, args)), _) => Turn::tool_call(name.clone(), args.clone()),
+            (None, _) => Turn::text(self.text.clone().unwrap_or_else(|| echo_text(view))),
+        };
+        turn.reasoning = self.reasoning.clone();
+        turn.chunk_delay = self.delay;
+        turn.chunking = self.chunk_chars.map(Chunking::Chars);
+        turn
+    }
 }
 
 /// The sentence the demo model starts every answer with.
@@ -402,6 +515,11 @@ impl Behavior {
                 turn.reasoning = rules.reasoning.clone();
                 turn
             }
+            Behavior::Directives => match Directive::parse(&view.last_user_text) {
+                Ok(Some(d)) => d.answer(view),
+                Ok(None) => Turn::text(echo_text(view)),
+                Err(e) => Turn::text(format!("mock directive error: {e}")),
+            },
             Behavior::Fail => Turn::fault(Fault::Status {
                 status: 500,
                 body: serde_json::json!({"error": {
@@ -493,5 +611,47 @@ mod tests {
         assert!(t.text.ends_with("You said: hello"), "{}", t.text);
         let t = Behavior::Demo.answer(&view(LastRole::User, &[]));
         assert!(t.text.starts_with(DEMO_PREFIX) && t.text.ends_with("hello"));
+    }
+
+    #[test]
+    fn directives_pick_the_answer_from_the_user_message() {
+        let mut v = view(LastRole::User, &[]);
+        v.last_user_text =
+            r#"please @mock {"tool": "calc", "args": {"x": 1}, "after_tool": "done", "delay_ms": 7} thanks"#
+                .into();
+        let t = Behavior::Directives.answer(&v);
+        assert_eq!(t.tool_calls[0].name, "calc");
+        assert_eq!(t.tool_calls[0].arguments, r#"{"x":1}"#);
+        assert_eq!(t.chunk_delay, Some(Duration::from_millis(7)));
+        v.last_role = LastRole::Tool;
+        assert_eq!(Behavior::Directives.answer(&v).text, "done");
+
+        v.last_role = LastRole::User;
+        v.last_user_text =
+            r#"@mock {"text": "a b c", "chunk_chars": 2, "reasoning": "hmm"}"#.into();
+        let t = Behavior::Directives.answer(&v);
+        assert_eq!(t.text, "a b c");
+        assert_eq!(t.chunking, Some(Chunking::Chars(2)));
+        assert_eq!(t.reasoning.as_deref(), Some("hmm"));
+        assert!(t.tool_calls.is_empty());
+
+        v.last_user_text = "no directive".into();
+        assert_eq!(Behavior::Directives.answer(&v).text, "no directive");
+        for bad in [
+            "@mock",
+            "@mock [1]",
+            "@mock {\"tool\": 3}",
+            "@mock {\"delay_ms\": -1}",
+            "@mock {\"tool\": \"t\", \"args\": []}",
+            "@mock {\"sleep\": 1}",
+        ] {
+            v.last_user_text = bad.into();
+            let t = Behavior::Directives.answer(&v);
+            assert!(
+                t.text.starts_with("mock directive error: "),
+                "{bad}: {}",
+                t.text
+            );
+        }
     }
 }

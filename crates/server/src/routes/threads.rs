@@ -663,6 +663,11 @@ pub async fn apply_state_update(
             ApiError::unprocessable(format!("Invalid request body at `values`: {e}"))
         })?],
     };
+    for w in &writes {
+        crate::runs::create::check_message_types(w).map_err(|e| {
+            ApiError::unprocessable(format!("Invalid request body at `values`: {e}"))
+        })?;
+    }
     let mut state: ThreadState = base_cp
         .as_ref()
         .map(|c| (*c.state).clone())

@@ -190,6 +190,14 @@ fn command(v: &Option<Value>) -> ApiResult<Option<Value>> {
                 ));
             }
         }
+        if let Value::Object(_) = u {
+            let update = fawn_state::StateUpdate::from_value(u.clone()).map_err(|e| {
+                ApiError::unprocessable(format!("Invalid request body at `command.update`: {e}"))
+            })?;
+            check_message_types(&update).map_err(|e| {
+                ApiError::unprocessable(format!("Invalid request body at `command.update`: {e}"))
+            })?;
+        }
         out.insert("update".into(), u.clone());
     }
     if let Some(g) = m.get("goto").filter(|g| !g.is_null()) {
@@ -214,6 +222,23 @@ fn command(v: &Option<Value>) -> ApiResult<Option<Value>> {
         out.insert("goto".into(), Value::Array(nodes));
     }
     Ok(Some(Value::Object(out)))
+}
+
+/// Messages a client writes must have a type LangChain knows (`convert_to_messages` raises
+/// on anything else). Stored as they are, they would reach the model on every later turn of
+/// the thread and fail each of them.
+pub fn check_message_types(update: &fawn_state::StateUpdate) -> Result<(), String> {
+    for (i, m) in update.messages.iter().flatten().enumerate() {
+        if let fawn_state::MessageKind::Other(t) = &m.kind
+            && !m.is_chunk()
+        {
+            return Err(format!(
+                "`messages[{i}]`: unexpected message type '{t}'; use one of 'human', 'user', \
+                 'ai', 'assistant', 'function', 'tool', 'system', or 'developer'"
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn is_uuid(s: &str) -> bool {
@@ -416,12 +441,13 @@ pub async fn prepare_run(
     let feedback_keys = present(&body.feedback_keys).cloned();
     // Input must be a state update the graph can read.
     let input = present(&body.input).cloned();
-    if let Some(i) = &input
-        && let Err(e) = fawn_state::StateUpdate::from_value(i.clone())
-    {
-        return Err(ApiError::unprocessable(format!(
-            "Invalid request body at `input`: {e}"
-        )));
+    if let Some(i) = &input {
+        let update = fawn_state::StateUpdate::from_value(i.clone()).map_err(|e| {
+            ApiError::unprocessable(format!("Invalid request body at `input`: {e}"))
+        })?;
+        check_message_types(&update).map_err(|e| {
+            ApiError::unprocessable(format!("Invalid request body at `input`: {e}"))
+        })?;
     }
     // Checkpoint to start from.
     let mut checkpoint = object("checkpoint", &body.checkpoint)?;

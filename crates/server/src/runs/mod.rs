@@ -597,15 +597,8 @@ async fn run_attempt(app: &AppState, run: &Run, active: &Arc<ActiveRun>) {
         checkpoint_meta(run, &graph_id),
         spec.start.checkpoint_id.clone(),
     ));
-    // A run without new state (resume, null input, a command without `update`) starts, in
-    // LangGraph, with the current state as its first `values` event.
-    let writes_nothing_first =
-        spec.input.is_none() && spec.command.as_ref().is_none_or(|c| c.update.is_none());
-    if observer.modes().values && writes_nothing_first && spec.start.checkpoint_id.is_some() {
-        observer.publish(
-            "values",
-            Bytes::from(state_value(&spec.start.state).to_string()),
-        );
+    if spec.input.is_none() && spec.start.checkpoint_id.is_some() {
+        observer.resuming_from(&spec.start.state);
     }
     let dyn_obs: Arc<dyn RunObserver> = observer.clone();
     let outcome = match std::panic::AssertUnwindSafe(graph.run(spec, dyn_obs, active.token.clone()))
@@ -743,7 +736,12 @@ async fn complete(
         return;
     }
 
-    let values_json = values.clone().unwrap_or_else(|| json!({}));
+    // The wait/join body is the last `values` the run produced: its last checkpoint, else
+    // the state it resumed from (a run with nothing left to do), else the thread's state.
+    let values_json = match (&last, observer.start_values()) {
+        (None, Some(start)) => start,
+        _ => values.clone().unwrap_or_else(|| json!({})),
+    };
     let (status, error, stop_reason, body) = match outcome {
         RunOutcome::Success {
             interrupts: raised,

@@ -69,6 +69,8 @@ struct Inner {
     partial: HashMap<String, ChunkAccumulator>,
     seen_meta: HashSet<String>,
     interrupt_update_sent: bool,
+    /// The state a resumed run started from (published first, as LangGraph does).
+    start_values: Option<Value>,
 }
 
 /// One run's observer.
@@ -144,6 +146,21 @@ impl Observer {
     /// The last checkpoint this run wrote.
     pub fn last(&self) -> Option<LastCheckpoint> {
         lock(&self.inner).last.clone()
+    }
+
+    /// A run without input (`input: null`, a `command`, a recovered run) resumes from the
+    /// thread's current checkpoint: like LangGraph, its `values` stream starts with that state.
+    pub fn resuming_from(&self, state: &ThreadState) {
+        let v = serde_json::to_value(state).unwrap_or_else(|_| Value::Object(Map::new()));
+        if self.modes.values {
+            self.log.publish("values", to_bytes(&v));
+        }
+        lock(&self.inner).start_values = Some(v);
+    }
+
+    /// The state published by [`Observer::resuming_from`], if any.
+    pub fn start_values(&self) -> Option<Value> {
+        lock(&self.inner).start_values.clone()
     }
 
     pub fn interrupt_update_sent(&self) -> bool {

@@ -60,3 +60,135 @@ async fn lead_agent_tool_calling_turn(db: Db) {
     assert!(h.as_array().unwrap().len() >= 3);
     app.stop().await;
 }
+
+backends!(lead_agent_values_stream_starts_like_langgraph);
+
+/// LangGraph's `values` stream: no event for the input checkpoint (its state precedes the
+/// input), and a resumed run (no input) starts with the state it resumes from — also when
+/// there is nothing left to run, where wait returns that state.
+async fn lead_agent_values_stream_starts_like_langgraph(db: Db) {
+    let mock = MockLlm::start_with(MockConfig::default().with_behavior(Behavior::Directives))
+        .await
+        .unwrap();
+    let Some(app) = spawn_with(Spawn {
+        mock: Some(Arc::new(mock)),
+        lead_agent: true,
+        ..Spawn::new(db)
+    })
+    .await
+    else {
+        return;
+    };
+    let tid = app.create_thread().await;
+    let stream = |body: serde_json::Value| {
+        let app = &app;
+        let tid = tid.clone();
+        async move {
+            let r = app.post(&format!("/threads/{tid}/runs/stream"), body).await;
+            assert_eq!(r.status(), 200);
+            parse_sse(&r.text().await.unwrap())
+        }
+    };
+    // A new turn: the first values already hold the input.
+    let call = r#"@mock {"tool": "present_files", "args": {"filepaths": ["/mnt/user-data/outputs/a.md"]}, "after_tool": "done"}"#;
+    let ev = stream(
+        json!({"assistant_id": "lead_agent", "input": user_input(call),
+                           "stream_mode": "values", "interrupt_before": ["tools"]}),
+    )
+    .await;
+    assert_eq!(names(&ev)[1], "values");
+    let first = ev[1].data["messages"].as_array().unwrap();
+    assert!(
+        first.iter().any(|m| m["type"] == "human"),
+        "the first values event holds the input: {first:?}"
+    );
+    // Resume from the breakpoint: the current state comes first.
+    let (_, st) = app.get_json(&format!("/threads/{tid}/state")).await;
+    assert_eq!(st["next"], json!(["tools"]));
+    let ev =
+        stream(json!({"assistant_id": "lead_agent", "input": null, "stream_mode": "values"})).await;
+    assert_eq!(ev[1].data, st["values"]);
+    assert_eq!(
+        ev.last().unwrap().data["messages"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()["content"],
+        "done"
+    );
+    // Resume from an earlier, finished checkpoint: nothing to run, its state is the answer.
+    let (_, done) = app.get_json(&format!("/threads/{tid}/state")).await;
+    let cid = done["checkpoint"]["checkpoint_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (_, out) = app
+        .post_json(
+            &format!("/threads/{tid}/runs/wait"),
+            json!({"assistant_id": "lead_agent", "input": user_input("more")}),
+        )
+        .await;
+    assert_ne!(out, done["values"]);
+    let (_, out) = app
+        .post_json(
+            &format!("/threads/{tid}/runs/wait"),
+            json!({"assistant_id": "lead_agent", "input": null, "checkpoint_id": cid}),
+        )
+        .await;
+    assert_eq!(out, done["values"]);
+    app.stop().await;
+}
+
+backends!(messages_of_unknown_type_are_refused);
+
+/// A message type LangChain does not know would reach the model on every later turn and
+/// fail each: refused with 422 before anything is written.
+async fn messages_of_unknown_type_are_refused(db: Db) {
+    let Some(app) = spawn_with(Spawn {
+        lead_agent: true,
+        ..Spawn::new(db)
+    })
+    .await
+    else {
+        return;
+    };
+    let tid = app.create_thread().await;
+    for body in [
+        json!({"assistant_id": "lead_agent", "input": {"messages": [{"role": "robot", "content": "x"}]}}),
+        json!({"assistant_id": "lead_agent", "input": {"messages": [{"type": "robot", "content": "x"}]}}),
+        json!({"assistant_id": "lead_agent", "command": {"update": {"messages": [{"type": "robot", "content": "x"}]}}}),
+    ] {
+        let (status, err) = app
+            .post_json(&format!("/threads/{tid}/runs"), body.clone())
+            .await;
+        assert_eq!(status, 422, "{body} → {err}");
+        assert!(
+            err["detail"]
+                .as_str()
+                .unwrap()
+                .contains("unexpected message type 'robot'"),
+            "{err}"
+        );
+    }
+    let (status, err) = app
+        .post_json(
+            &format!("/threads/{tid}/state"),
+            json!({"values": {"messages": [{"type": "robot", "content": "x"}]}}),
+        )
+        .await;
+    assert_eq!(status, 422, "{err}");
+    let (_, runs) = app.get_json(&format!("/threads/{tid}/runs")).await;
+    assert_eq!(runs, json!([]));
+    let (_, st) = app.get_json(&format!("/threads/{tid}/state")).await;
+    assert_eq!(st["checkpoint"], serde_json::Value::Null);
+    // Chunk types (a client echoing a streamed message back) are still accepted.
+    let (status, _) = app
+        .post_json(
+            &format!("/threads/{tid}/runs/wait"),
+            json!({"assistant_id": "lead_agent", "input": {"messages": [
+                {"type": "HumanMessageChunk", "content": "hello"}]}}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    app.stop().await;
+}

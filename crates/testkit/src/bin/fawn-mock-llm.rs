@@ -16,6 +16,10 @@ enum Mode {
     /// Call `--tool` when offered after a user message, answer `--after-tool` after a tool
     /// result, echo otherwise.
     Rules,
+    /// Echo, unless the last user message carries `@mock {json}` saying what to do:
+    /// `tool` + `args` (call it, then answer `after_tool`), `text`, `delay_ms`,
+    /// `chunk_chars`, `reasoning`.
+    Directives,
 }
 
 /// A mock OpenAI-compatible (and Anthropic Messages) LLM server.
@@ -62,6 +66,7 @@ async fn main() -> anyhow::Result<()> {
     let behavior = match cli.mode {
         Mode::Echo => Behavior::Echo,
         Mode::Demo => Behavior::Demo,
+        Mode::Directives => Behavior::Directives,
         Mode::Rules => {
             let mut rules = Rules::new();
             if let Some(tool) = &cli.tool {
