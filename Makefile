@@ -56,5 +56,8 @@ release:
 serve:
 	$(CARGO) run --locked -p fawn -- serve
 
+## The benchmarks behind the figures in the issue notes (release builds; not tests).
 bench:
-	$(CARGO) run --locked --release -p fawn-bench
+	$(CARGO) run --locked --release -p fawn-bench --bin agent_steps
+	$(CARGO) run --locked --release -p fawn-bench --bin persist_steps
+	$(CARGO) run --locked --release -p fawn-bench --bin server_load
