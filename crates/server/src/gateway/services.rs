@@ -24,6 +24,9 @@ const MAX_EXTENSIONS_BYTES: u64 = fawn_config::MAX_CONFIG_BYTES;
 /// `(modified, length)` of a file, to notice changes without reading it.
 type Stamp = (Option<SystemTime>, u64);
 
+/// Skill toggles as last read, with the stamp of the file they came from.
+type CachedToggles = (Option<Stamp>, BTreeMap<String, SkillToggle>);
+
 /// `extensions_config.json` as the gateway reads and writes it: the raw JSON (so `$VAR`
 /// references and keys Fawn does not know survive a rewrite), written atomically under one
 /// lock, and the skill toggles read from it when it changes.
@@ -35,7 +38,7 @@ pub struct ExtensionsFile {
     loaded_from_file: bool,
     fallback: ExtensionsConfig,
     write_lock: tokio::sync::Mutex<()>,
-    toggles: std::sync::Mutex<Option<(Option<Stamp>, BTreeMap<String, SkillToggle>)>>,
+    toggles: std::sync::Mutex<Option<CachedToggles>>,
 }
 
 impl std::fmt::Debug for ExtensionsFile {
