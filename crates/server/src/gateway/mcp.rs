@@ -19,6 +19,11 @@
 //!   (422 with every problem otherwise) and is written atomically; the next run uses it.
 //! * **PATCH** `{server_name, enabled}` toggles one server.
 //! * **POST /api/mcp/cache/reset** closes every MCP session; the next run reconnects.
+//!
+//! When the settings did not come from an extensions file, the first write creates
+//! `extensions_config.json` beside `config.yaml` (else in the working directory, where the
+//! loader finds it at the next start) from the settings' servers as loaded (`$VAR`s already
+//! resolved), and the MCP manager follows that file from then on.
 
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};

@@ -499,6 +499,21 @@ async fn uploads_follow_deerflow_rules() {
         .unwrap();
     assert_eq!(r.status(), 400);
     assert!(r.json::<Value>().await.unwrap()["detail"].is_string());
+
+    // `DELETE /api/threads/{id}` is the LangGraph route: 204, and the thread's files go too.
+    let uuid_thread = app.create_thread().await;
+    let (s, _) = upload(&app, &uuid_thread, &[("notes.txt", b"n")]).await;
+    assert_eq!(s, 200);
+    assert!(uploads_dir(&app, &uuid_thread).join("notes.txt").exists());
+    assert_eq!(
+        app.delete(&format!("/api/threads/{uuid_thread}")).await,
+        204
+    );
+    assert!(!thread_dir(&app, &uuid_thread).exists());
+    assert_eq!(
+        app.delete(&format!("/api/threads/{uuid_thread}")).await,
+        404
+    );
     app.stop().await;
 }
 
@@ -1238,6 +1253,8 @@ async fn memory_api_edits_facts() {
     );
     let (s, exported) = app.get_json("/api/memory/export").await;
     assert_eq!(s, 200);
+    let (s, reloaded) = app.post_json("/api/memory/reload", json!({})).await;
+    assert_eq!((s, &reloaded["facts"][0]["id"]), (200, &json!(id)));
     assert_eq!(app.delete(&format!("/api/memory/facts/{id}")).await, 200);
     assert_eq!(app.delete(&format!("/api/memory/facts/{id}")).await, 404);
     assert_eq!(app.get_json("/api/memory").await.1["facts"], json!([]));
