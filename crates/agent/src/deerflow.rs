@@ -75,9 +75,46 @@ impl ToolSource for DeerFlowTools {
             plan_mode: options.is_plan_mode,
             non_interactive: setup.run.non_interactive,
             mcp_tools,
-            extra_tools: Vec::new(),
+            extra_tools: custom_agent_tools(setup),
         };
         Ok(self.registry.assemble(&ts))
+    }
+}
+
+/// DeerFlow §3.1: `setup_agent` in bootstrap runs; `update_agent` inside a custom agent's
+/// chat (not on the `github` channel).
+fn custom_agent_tools(setup: &RunSetup<'_>) -> Vec<Arc<dyn Tool>> {
+    use fawn_tools::builtins::{SetupAgentTool, UpdateAgentTool};
+    let options = setup.options();
+    let home = &setup.settings.home;
+    if options.is_bootstrap {
+        return vec![Arc::new(SetupAgentTool::new(
+            home,
+            &setup.run.user_id,
+            options.agent_name.clone(),
+        ))];
+    }
+    let channel = setup
+        .run
+        .context
+        .get("channel_name")
+        .and_then(|v| v.as_str());
+    match (&setup.run.agent, &options.agent_name) {
+        (Some(_), Some(name)) if channel != Some("github") => {
+            let models = setup
+                .models
+                .all()
+                .iter()
+                .map(|m| m.info().name.clone())
+                .collect();
+            vec![Arc::new(UpdateAgentTool::new(
+                home,
+                &setup.run.user_id,
+                name,
+                models,
+            ))]
+        }
+        _ => Vec::new(),
     }
 }
 

@@ -179,7 +179,8 @@ pub async fn load_agent(
             "Invalid agent name '{name}'. Must match pattern: ^[A-Za-z0-9-]+$"
         )));
     }
-    let dir = agent_dir(home, user_id, name).await;
+    // Agents are stored under their lowercase name (setup_agent, DeerFlow).
+    let dir = agent_dir(home, user_id, &name.to_ascii_lowercase()).await;
     let config_path = dir.join("config.yaml");
     let text = match tokio::fs::read_to_string(&config_path).await {
         Ok(t) => t,

@@ -30,7 +30,13 @@ pub const GENERAL_PURPOSE: &str = "general-purpose";
 pub const BASH: &str = "bash";
 
 /// Tools a subagent never gets (delegation, questions to the user, presenting files).
-const EXCLUDED_TOOLS: [&str; 3] = ["task", "ask_clarification", "present_files"];
+const EXCLUDED_TOOLS: [&str; 5] = [
+    "task",
+    "ask_clarification",
+    "present_files",
+    "setup_agent",
+    "update_agent",
+];
 /// The `bash` subagent's tools.
 const BASH_TOOLS: [&str; 5] = ["bash", "ls", "read_file", "write_file", "str_replace"];
 const GENERAL_MAX_TURNS: u32 = 150;

@@ -1,8 +1,11 @@
 //! Building and running the server: [`Application::build`] binds the port, opens the
-//! database, resolves models (or starts the announced demo model), registers graphs and their
-//! system assistants, recovers runs orphaned by a previous process and starts the background
-//! tasks (dispatcher, reaper, sweeper, cron scheduler); [`Application::run_until_stopped`]
-//! serves until a signal or [`AppHandle::shutdown`].
+//! database, resolves models (or starts the announced demo model), starts the shared
+//! services (sandbox provider, skills catalog, MCP manager, long-term memory; see
+//! [`crate::gateway::Services`]), registers graphs and their system assistants, recovers runs
+//! orphaned by a previous process and starts the background tasks (dispatcher, reaper,
+//! sweeper, cron scheduler); [`Application::run_until_stopped`] serves until a signal or
+//! [`AppHandle::shutdown`], then stops the runs, flushes pending memory updates and closes
+//! MCP sessions.
 
 use crate::graphs::{Graphs, system_assistant_id};
 use crate::runs::{Queue, QueueConfig};
@@ -130,6 +133,8 @@ pub struct Shared {
     pub user_id: String,
     pub cron_interval: Duration,
     pub cron_notify: tokio::sync::Notify,
+    /// Sandbox provider, extensions file, skills, MCP and memory (gateway routes and agent).
+    pub gateway: crate::gateway::Services,
     clock: Clock,
     local_addr: OnceLock<SocketAddr>,
     pub shutdown: CancellationToken,
@@ -244,21 +249,15 @@ pub async fn bind_listener(host: &str, port: u16) -> Result<Listener, BuildError
 }
 
 /// The graphs served when the caller does not provide any: DeerFlow's lead agent
-/// (`lead_agent`) with its middleware chains, config tools, built-ins and skills, running
-/// tools in the local sandbox provider.
+/// (`lead_agent`) with its middleware chains, config tools, built-ins, MCP tools (through the
+/// shared manager), the cached skills catalog and long-term memory (queue and injection),
+/// running tools in the shared local sandbox provider.
 pub async fn default_graphs(
     settings: &Settings,
     models: &ModelRegistry,
+    services: &crate::gateway::Services,
 ) -> Result<Graphs, BuildError> {
-    let s = settings.clone();
-    let provider = tokio::task::spawn_blocking(move || fawn_sandbox::LocalSandboxProvider::new(&s))
-        .await
-        .map_err(|e| BuildError::Agent(e.to_string()))?
-        .map_err(|e| BuildError::Agent(format!("sandbox: {e}")))?;
-    let catalog = fawn_tools::skills::SkillCatalog::load(settings).await;
-    if let Err(e) = provider.set_skills(catalog.sandbox_view()).await {
-        tracing::warn!(error = %e, "skills are not mounted in the sandbox");
-    }
+    let provider = services.sandbox.clone();
     let bash_available = match provider.bash_mode().await {
         fawn_sandbox::BashMode::Sandboxed => true,
         fawn_sandbox::BashMode::Host(why) => {
@@ -270,11 +269,15 @@ pub async fn default_graphs(
             false
         }
     };
-    let deps = fawn_agent::AgentDeps::deerflow(
-        Arc::new(settings.clone()),
+    let settings = Arc::new(settings.clone());
+    let mcp: Arc<dyn fawn_agent::ToolSource> =
+        Arc::new(crate::gateway::McpToolSource(services.mcp.clone()));
+    let mut deps = fawn_agent::AgentDeps::deerflow_with_mcp(
+        settings.clone(),
         models.clone(),
-        Arc::new(provider),
+        provider,
         bash_available,
+        Some(mcp),
     )
     .map_err(|issues| {
         BuildError::Agent(
@@ -285,6 +288,15 @@ pub async fn default_graphs(
                 .join("; "),
         )
     })?;
+    deps.skills = Arc::new(crate::gateway::CachedSkills(services.skills.clone()));
+    if let Some(memory) = &services.memory {
+        deps.memory = Some(memory.queue.clone());
+        let reader: Arc<dyn fawn_middleware::MemoryReader> = memory.clone();
+        let chain_deps = fawn_middleware::ChainDeps::new(settings)
+            .with_write_todos(Some(Arc::new(fawn_tools::builtins::WriteTodosTool::new())))
+            .with_memory(reader);
+        deps.chains = Arc::new(fawn_agent::DeerFlowChains { deps: chain_deps });
+    }
     Ok(Graphs::new().with(Arc::new(fawn_agent::LeadAgent::new(deps))))
 }
 
@@ -413,9 +425,12 @@ impl Application {
                 (m, Some(demo))
             }
         };
+        let services =
+            crate::gateway::Services::start(&settings, &models, &options.user_id, demo.is_none())
+                .await?;
         let graphs = match options.graphs.clone() {
             Some(g) => g,
-            None => default_graphs(&settings, &models).await?,
+            None => default_graphs(&settings, &models, &services).await?,
         };
         for graph_id in graphs.ids() {
             let mut meta = Map::new();
@@ -467,6 +482,7 @@ impl Application {
             user_id: options.user_id.clone(),
             cron_interval: options.cron_interval,
             cron_notify: tokio::sync::Notify::new(),
+            gateway: services,
             clock: options.clock.clone().unwrap_or_else(|| Arc::new(Utc::now)),
             local_addr: OnceLock::new(),
             shutdown,
@@ -522,6 +538,7 @@ impl Application {
             .await;
         signals.abort();
         crate::runs::shutdown(&state).await;
+        state.gateway.shutdown().await;
         state.store.close().await;
         result
     }

@@ -1,7 +1,8 @@
 //! The HTTP face of Fawn: the LangGraph Platform API (mounted at `/`, `/api/langgraph` and
-//! `/api`), the run manager (the runs table as a durable queue: leases, heartbeats, reaper,
-//! recovery, cancellation, multitask strategies, webhooks, crons) and the stream broker (SSE,
-//! resumable replay with `Last-Event-ID`). The only crate that knows HTTP and the LangGraph
+//! `/api`), DeerFlow's gateway API (under `/api` only: models, uploads, artifacts, skills,
+//! MCP config, memory, …; see [`gateway`]), the run manager (the runs table as a durable
+//! queue: leases, heartbeats, reaper, recovery, cancellation, multitask strategies, webhooks,
+//! crons) and the stream broker (SSE, resumable replay with `Last-Event-ID`). The only crate that knows HTTP and the LangGraph
 //! wire format. It must never know how a graph works inside (it only drives a
 //! `GraphRunner`) nor how storage is laid out (it only calls the `Persistence` traits).
 
@@ -9,6 +10,7 @@ pub mod app;
 pub mod crons;
 pub mod error;
 pub mod extract;
+pub mod gateway;
 pub mod graphs;
 pub mod routes;
 pub mod runs;

@@ -2,7 +2,8 @@
 //!
 //! Owns: the `Tool` trait (name, description, JSON schema, call), argument validation, and
 //! Fawn's tools — sandbox file tools, built-ins (`present_files`, `view_image`,
-//! `ask_clarification`, `write_todos`, `task`), web search/fetch, skills and MCP. Must never know
+//! `ask_clarification`, `write_todos`, `task`, `setup_agent`, `update_agent`), web
+//! search/fetch, skills and MCP. Must never know
 //! about HTTP routes, storage or the middleware chain; tools see only a `ToolContext`.
 
 /// MCP servers as tools.

@@ -1,4 +1,5 @@
-//! The LangGraph Platform API router, mounted at `/`, `/api/langgraph` and `/api`.
+//! The LangGraph Platform API router, mounted at `/`, `/api/langgraph` and `/api`; under
+//! `/api` it is merged with DeerFlow's gateway routes ([`crate::gateway`]).
 
 pub mod assistants;
 pub mod crons;
@@ -144,6 +145,7 @@ fn api() -> Router<AppState> {
 /// The whole HTTP app.
 pub fn router(state: AppState) -> Router {
     let api = api();
+    let with_gateway = api.clone().merge(crate::gateway::router(&state));
     let cors = CorsLayer::new()
         .allow_origin(Any)
         .allow_methods([
@@ -165,7 +167,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(api.clone())
         .nest("/api/langgraph", api.clone())
-        .nest("/api", api)
+        .nest("/api", with_gateway)
         .fallback(not_found_fallback)
         .layer(axum::Extension(BodyLimit(state.body_limit)))
         .layer(cors)

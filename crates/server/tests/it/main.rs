@@ -25,6 +25,7 @@ macro_rules! backends {
 mod assistants_store;
 mod bad_input;
 mod crons;
+mod gateway;
 mod lead_agent;
 mod meta;
 mod processes;

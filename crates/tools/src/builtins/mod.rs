@@ -1,16 +1,22 @@
 //! DeerFlow's built-in tools (reference §3.4, §3.6): `present_files`, `view_image`,
-//! `ask_clarification`, `write_todos` and `task`.
+//! `ask_clarification`, `write_todos`, `task`, and the custom-agent tools `setup_agent` /
+//! `update_agent`.
 //!
 //! Every failure a model can cause (bad paths, wrong file types, unknown subagents) comes back
 //! as an error [`ToolOutput`](crate::ToolOutput) whose text says what to do differently;
 //! argument type errors come back as [`ToolError::InvalidArguments`](crate::ToolError).
 
+mod agents;
 mod clarification;
 mod present_files;
 mod task;
 mod todos;
 mod view_image;
 
+pub use agents::{
+    AGENT_CONFIG_FILE, AGENT_SOUL_FILE, SetupAgentArgs, SetupAgentTool, UpdateAgentArgs,
+    UpdateAgentTool, agent_dir, normalize_agent_name,
+};
 pub use clarification::{
     AskClarificationArgs, AskClarificationTool, CLARIFICATION_PLACEHOLDER, ClarificationField,
     ClarificationType, FieldType,
