@@ -61,9 +61,7 @@ impl DanglingToolCallMiddleware {
             answered = 0;
             for tc in &m.tool_calls {
                 match tc.id.as_deref() {
-                    Some(id) if !id.is_empty() && is_valid_tool_name(&tc.name) => {
-                        expected.push(id)
-                    }
+                    Some(id) if !id.is_empty() && is_valid_tool_name(&tc.name) => expected.push(id),
                     _ => return true,
                 }
             }
@@ -307,15 +305,14 @@ mod tests {
             id: (!id.is_empty()).then(|| id.to_string()),
             extra: Default::default(),
         });
-        let invalid = (id.clone(), proptest::option::of(name)).prop_map(|(id, name)| {
-            InvalidToolCall {
+        let invalid =
+            (id.clone(), proptest::option::of(name)).prop_map(|(id, name)| InvalidToolCall {
                 name: name.map(str::to_string),
                 args: None,
                 id: Some(id.to_string()),
                 error: None,
                 extra: Default::default(),
-            }
-        });
+            });
         prop_oneof![
             Just(Message::human("h")),
             Just(Message::system("s")),

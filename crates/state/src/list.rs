@@ -295,27 +295,57 @@ impl Messages {
         self.rebuild_ends();
     }
 
-    /// Keeps the messages for which `keep` is true. Chunks that lose nothing stay shared.
+    /// Keeps the messages for which `keep` is true (called once per message, in order).
+    /// Chunks that lose nothing stay shared; only the chunks that lose a message are
+    /// rebuilt (consecutive rebuilt chunks are merged while they fit in one chunk).
     pub fn retain(&mut self, mut keep: impl FnMut(&Message) -> bool) {
-        let mut out = Messages::new();
+        let mut chunks: Vec<Arc<Chunk>> = Vec::with_capacity(self.chunks.len());
+        // Whether the last chunk of `chunks` was built here (so it may take more messages).
+        let mut last_is_new = false;
+        let mut changed = false;
         for c in &self.chunks {
             let mask: Vec<bool> = c.msgs.iter().map(&mut keep).collect();
-            if mask.iter().all(|k| *k) && out.tail.is_empty() {
-                out.push_chunk(c.clone());
-            } else {
-                for (m, k) in c.msgs.iter().zip(mask) {
-                    if k {
-                        out.push(m.clone());
-                    }
+            if mask.iter().all(|k| *k) {
+                chunks.push(c.clone());
+                last_is_new = false;
+                continue;
+            }
+            changed = true;
+            let kept: Vec<Message> = c
+                .msgs
+                .iter()
+                .zip(mask)
+                .filter_map(|(m, k)| k.then(|| m.clone()))
+                .collect();
+            if kept.is_empty() {
+                continue;
+            }
+            match chunks.last_mut() {
+                Some(prev) if last_is_new && prev.msgs.len() + kept.len() <= CHUNK_LEN => {
+                    let prev = Arc::make_mut(prev);
+                    prev.msgs.extend(kept);
+                    prev.invalidate();
+                }
+                _ => {
+                    chunks.push(Arc::new(Chunk::new(kept)));
+                    last_is_new = true;
                 }
             }
         }
-        for m in self.tail.iter() {
-            if keep(m) {
-                out.push(m.clone());
-            }
+        let tail_mask: Vec<bool> = self.tail.iter().map(&mut keep).collect();
+        if tail_mask.iter().any(|k| !*k) {
+            let kept: Vec<Message> = self
+                .tail
+                .iter()
+                .zip(tail_mask)
+                .filter_map(|(m, k)| k.then(|| m.clone()))
+                .collect();
+            self.tail = Arc::new(kept);
         }
-        *self = out;
+        if changed {
+            self.chunks = chunks;
+            self.rebuild_ends();
+        }
     }
 
     /// Index of the last message whose id is `id` (a message without id has id `""`).
@@ -716,8 +746,16 @@ mod tests {
         assert_eq!(a.rfind_id("id40"), None);
         assert_eq!(a[40], msg(41));
         assert_eq!(b.len(), 70);
-        // The first chunk lost nothing and is still shared.
+        // Only the chunk that lost a message was rebuilt.
         assert!(Arc::ptr_eq(&a.chunks[0], &b.chunks[0]));
+        assert!(!Arc::ptr_eq(&a.chunks[1], &b.chunks[1]));
+        assert!(Arc::ptr_eq(&a.tail, &b.tail));
+        // Removing the first message (a leading system message, say) copies one chunk.
+        let mut c = b.clone();
+        c.retain(|m| m.id.as_deref() != Some("id0"));
+        assert_eq!(c.len(), 69);
+        assert_eq!(c[0], msg(1));
+        assert!(Arc::ptr_eq(&c.chunks[1], &b.chunks[1]));
         a.clear();
         assert!(a.is_empty());
         assert_eq!(a.last(), None);
