@@ -315,7 +315,8 @@ impl Messages {
                 .msgs
                 .iter()
                 .zip(mask)
-                .filter_map(|(m, k)| k.then(|| m.clone()))
+                .filter(|(_, k)| *k)
+                .map(|(m, _)| m.clone())
                 .collect();
             if kept.is_empty() {
                 continue;
@@ -338,7 +339,8 @@ impl Messages {
                 .tail
                 .iter()
                 .zip(tail_mask)
-                .filter_map(|(m, k)| k.then(|| m.clone()))
+                .filter(|(_, k)| *k)
+                .map(|(m, _)| m.clone())
                 .collect();
             self.tail = Arc::new(kept);
         }
@@ -694,11 +696,12 @@ mod tests {
             m.to_vec(),
             (0..(3 * CHUNK_LEN + 5)).map(msg).collect::<Vec<_>>()
         );
-        assert_eq!(m.iter().rev().next(), Some(&msg(3 * CHUNK_LEN + 4)));
+        assert_eq!(m.iter().next_back(), Some(&msg(3 * CHUNK_LEN + 4)));
         assert_eq!(m.iter().len(), 3 * CHUNK_LEN + 5);
         let mid: Vec<_> = m.range(30..40).cloned().collect();
         assert_eq!(mid, (30..40).map(msg).collect::<Vec<_>>());
-        assert_eq!(m.range(40..30).len(), 0);
+        let (from, to) = (40, 30);
+        assert_eq!(m.range(from..to).len(), 0);
         assert_eq!(m.range(100..).len(), 1);
     }
 
@@ -789,7 +792,7 @@ mod tests {
             x.id = None;
         }
         assert!(n.any_needs_fixing());
-        n.fix_with(|ms| crate::state::normalize_messages(ms));
+        n.fix_with(crate::state::normalize_messages);
         assert!(!n.any_needs_fixing());
         assert!(n[3].id.is_some());
     }
