@@ -4,7 +4,7 @@
 //! `next_after_update()` follows its edges.
 
 use fawn_middleware::{Chain, Hook, JumpTo, Middleware};
-use fawn_state::{Message, MessageKind, ThreadState};
+use fawn_state::{MessageKind, Messages, ThreadState};
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -265,13 +265,13 @@ impl Topology {
 }
 
 /// The index of the last AI message.
-pub(crate) fn last_ai_index(messages: &[Message]) -> Option<usize> {
+pub(crate) fn last_ai_index(messages: &Messages) -> Option<usize> {
     messages.iter().rposition(|m| m.kind.is_ai())
 }
 
 /// True when the last AI message has tool calls (valid or not) that no later tool message
 /// answers.
-pub(crate) fn has_pending_tool_calls(messages: &[Message]) -> bool {
+pub(crate) fn has_pending_tool_calls(messages: &Messages) -> bool {
     let Some(i) = last_ai_index(messages) else {
         return false;
     };
@@ -279,8 +279,8 @@ pub(crate) fn has_pending_tool_calls(messages: &[Message]) -> bool {
     if ai.tool_calls.is_empty() && ai.invalid_tool_calls.is_empty() {
         return false;
     }
-    let answered: HashSet<&str> = messages[i + 1..]
-        .iter()
+    let answered: HashSet<&str> = messages
+        .range(i + 1..)
         .filter(|m| m.kind == MessageKind::Tool)
         .filter_map(|m| m.tool_call_id.as_deref())
         .collect();

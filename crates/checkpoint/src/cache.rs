@@ -230,7 +230,8 @@ mod tests {
     fn weak_entries_do_not_keep_the_state_alive() {
         let cache = StateCache::new(10, 1000);
         let mut state = Arc::new(ThreadState {
-            messages: vec![fawn_state::Message::human("hi").with_id("m1")],
+            messages: vec![fawn_state::Message::human("hi").with_id("m1")].into(),
+            artifacts: Some(vec!["/mnt/user-data/outputs/a.md".into()]),
             ..Default::default()
         });
         cache.put(
@@ -246,11 +247,13 @@ mod tests {
             },
         );
         assert!(cache.get("t", "", "a").unwrap().state().is_some());
-        // The writer mutates its state: the message list is moved, not copied, and the
-        // entry no longer has the state.
-        let before = state.messages.as_ptr();
+        // The writer mutates its state: the state is moved, not copied (its heap data stays
+        // where it was; `messages` would be shared either way, so `artifacts` tells), and
+        // the entry no longer has the state.
+        let artifacts = |s: &ThreadState| s.artifacts.as_ref().map(|a| a.as_ptr());
+        let before = artifacts(&state);
         Arc::make_mut(&mut state).title = Some("changed".into());
-        assert_eq!(state.messages.as_ptr(), before, "messages not cloned");
+        assert_eq!(artifacts(&state), before, "state not cloned");
         let entry = cache.get("t", "", "a").unwrap();
         assert!(entry.state().is_none());
         assert_eq!(entry.accounting.delta_bytes, 7, "accounting survives");

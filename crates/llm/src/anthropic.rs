@@ -157,14 +157,14 @@ fn tool_result_block(m: &Message, vision: bool, index: usize) -> Result<Value, L
 /// `(system, messages)` for the Messages API. Leading system messages form the system
 /// prompt; later ones become user text (the API has no mid-conversation system role).
 /// Consecutive turns of the same role are merged.
-pub(crate) fn convert_messages(
-    messages: &[Message],
+pub(crate) fn convert_messages<'a>(
+    messages: impl IntoIterator<Item = &'a Message>,
     vision: bool,
 ) -> Result<(Option<String>, Vec<Value>), LlmError> {
     let mut system = Vec::new();
     let mut turns: Vec<(String, Vec<Value>)> = Vec::new();
     let mut leading = true;
-    for (i, m) in messages.iter().enumerate() {
+    for (i, m) in messages.into_iter().enumerate() {
         let (role, blocks) = match &m.kind {
             MessageKind::System if leading => {
                 let t = m.text();

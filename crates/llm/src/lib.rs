@@ -26,7 +26,7 @@ pub use settings::{DEFAULT_STREAM_CHUNK_TIMEOUT, DEFAULT_TIMEOUT};
 pub use tokens::{estimate_message_tokens, estimate_text_tokens, estimate_tokens};
 
 use async_trait::async_trait;
-use fawn_state::{ChunkAccumulator, Message};
+use fawn_state::{ChunkAccumulator, Message, Messages};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use serde_json::{Map, Value};
@@ -44,7 +44,7 @@ pub struct ToolSpec {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ChatRequest {
     /// The whole conversation, system messages included (normally one, first).
-    pub messages: Vec<Message>,
+    pub messages: Messages,
     pub tools: Vec<ToolSpec>,
     /// OpenAI `tool_choice` (`"auto"`, `"none"`, `{"type":"function",…}`); `None` = provider default.
     pub tool_choice: Option<Value>,

@@ -82,8 +82,8 @@ pub fn estimate_message_tokens(m: &Message) -> usize {
 }
 
 /// Estimated tokens of a conversation.
-pub fn estimate_tokens(messages: &[Message]) -> usize {
-    messages.iter().map(estimate_message_tokens).sum()
+pub fn estimate_tokens<'a>(messages: impl IntoIterator<Item = &'a Message>) -> usize {
+    messages.into_iter().map(estimate_message_tokens).sum()
 }
 
 #[cfg(test)]

@@ -319,7 +319,8 @@ impl MemoryUpdater for LlmMemoryUpdater {
                 &current,
                 agent,
                 &item.messages,
-            ))],
+            ))]
+            .into(),
             temperature: Some(0.0),
             ..Default::default()
         };

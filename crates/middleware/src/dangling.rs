@@ -8,7 +8,7 @@ use crate::{
     Hook, Middleware, MiddlewareError, ModelCall, ModelRequest, ModelResponse, RunContext,
 };
 use async_trait::async_trait;
-use fawn_state::{Message, MessageKind, ThreadState};
+use fawn_state::{Message, MessageKind, Messages, ThreadState};
 use std::collections::{HashMap, HashSet};
 
 /// The text of the placeholder answering a call that never returned.
@@ -28,6 +28,53 @@ pub struct DanglingToolCallMiddleware;
 impl DanglingToolCallMiddleware {
     pub fn new() -> Self {
         DanglingToolCallMiddleware
+    }
+
+    /// Whether [`Self::repair`] would change `messages`. Reads the list without copying it
+    /// (the common case: a well-formed history goes to the model as it is).
+    pub fn needs_repair(messages: &Messages) -> bool {
+        // Tool results seen so far: a second result for the same call id is never used.
+        let mut results: HashSet<&str> = HashSet::new();
+        // The call ids of the last AI message, to be answered in order right after it.
+        let mut expected: Vec<&str> = Vec::new();
+        let mut answered = 0;
+        for m in messages {
+            if answered < expected.len() {
+                let id = expected[answered];
+                if m.kind != MessageKind::Tool
+                    || m.tool_call_id.as_deref() != Some(id)
+                    || !results.insert(id)
+                {
+                    return true;
+                }
+                answered += 1;
+                continue;
+            }
+            if m.kind == MessageKind::Tool {
+                // Not right after its call: moved or dropped by the repair.
+                return true;
+            }
+            if !m.kind.is_ai() {
+                continue;
+            }
+            expected.clear();
+            answered = 0;
+            for tc in &m.tool_calls {
+                match tc.id.as_deref() {
+                    Some(id) if !id.is_empty() && is_valid_tool_name(&tc.name) => expected.push(id),
+                    _ => return true,
+                }
+            }
+            for tc in &m.invalid_tool_calls {
+                match (tc.id.as_deref(), tc.name.as_deref()) {
+                    (Some(id), Some(name)) if !id.is_empty() && is_valid_tool_name(name) => {
+                        expected.push(id)
+                    }
+                    _ => return true,
+                }
+            }
+        }
+        answered < expected.len()
     }
 
     /// The repaired message list.
@@ -110,6 +157,15 @@ impl DanglingToolCallMiddleware {
     }
 }
 
+/// True when [`sanitize_tool_name`] leaves `name` as it is.
+fn is_valid_tool_name(name: &str) -> bool {
+    let valid = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'-';
+    !name.is_empty()
+        && name.len() <= 64
+        && name.bytes().all(valid)
+        && !name.bytes().all(|b| b == b'_')
+}
+
 /// Provider tool names: `[A-Za-z0-9_-]{1,64}`; anything else is replaced by `_`, an empty
 /// name becomes [`UNKNOWN_TOOL_NAME`].
 pub fn sanitize_tool_name(name: &str) -> String {
@@ -149,7 +205,10 @@ impl Middleware for DanglingToolCallMiddleware {
         _ctx: &RunContext,
         next: &dyn ModelCall,
     ) -> Result<ModelResponse, MiddlewareError> {
-        request.messages = Self::repair(std::mem::take(&mut request.messages));
+        if Self::needs_repair(&request.messages) {
+            let messages = std::mem::take(&mut request.messages).into_vec();
+            request.messages = Self::repair(messages).into();
+        }
         next.call(request).await
     }
 }
@@ -211,6 +270,75 @@ mod tests {
         assert_eq!(out[2].text(), INTERRUPTED_TOOL_CALL_TEXT);
         assert_eq!(out[3].text(), INVALID_WRITE_FILE_TEXT);
         assert_eq!(sanitize_tool_name("web search!"), "web_search_");
+    }
+
+    #[test]
+    fn well_formed_history_needs_no_repair() {
+        let history: Messages = vec![
+            Message::human("hi"),
+            Message::ai("").with_tool_calls(vec![
+                ToolCall::new("ls", json!({}), "a"),
+                ToolCall::new("read_file", json!({}), "b"),
+            ]),
+            Message::tool("ok", "a", Some("ls".into())),
+            Message::tool("ok", "b", Some("read_file".into())),
+            Message::ai("done"),
+        ]
+        .into();
+        assert!(!DanglingToolCallMiddleware::needs_repair(&history));
+        assert_eq!(
+            DanglingToolCallMiddleware::repair(history.to_vec()),
+            history
+        );
+        let mut dangling = history.clone();
+        dangling.push(Message::ai("").with_tool_calls(vec![ToolCall::new("ls", json!({}), "c")]));
+        assert!(DanglingToolCallMiddleware::needs_repair(&dangling));
+    }
+
+    fn arb_message() -> impl proptest::strategy::Strategy<Value = Message> {
+        use proptest::prelude::*;
+        let id = prop_oneof![Just(""), Just("a"), Just("b"), Just("c")];
+        let name = prop_oneof![Just("ls"), Just(""), Just("web search"), Just("__")];
+        let call = (id.clone(), name.clone()).prop_map(|(id, name)| ToolCall {
+            name: name.into(),
+            args: Default::default(),
+            id: (!id.is_empty()).then(|| id.to_string()),
+            extra: Default::default(),
+        });
+        let invalid =
+            (id.clone(), proptest::option::of(name)).prop_map(|(id, name)| InvalidToolCall {
+                name: name.map(str::to_string),
+                args: None,
+                id: Some(id.to_string()),
+                error: None,
+                extra: Default::default(),
+            });
+        prop_oneof![
+            Just(Message::human("h")),
+            Just(Message::system("s")),
+            (
+                proptest::collection::vec(call, 0..3),
+                proptest::collection::vec(invalid, 0..2)
+            )
+                .prop_map(|(calls, invalid)| {
+                    let mut m = Message::ai("").with_tool_calls(calls);
+                    m.invalid_tool_calls = invalid;
+                    m
+                }),
+            id.prop_map(|id| Message::tool("r", id, None)),
+        ]
+    }
+
+    proptest::proptest! {
+        /// `needs_repair` is false exactly when the repair would change nothing.
+        #[test]
+        fn needs_repair_agrees_with_repair(
+            history in proptest::collection::vec(arb_message(), 0..12)
+        ) {
+            let list: Messages = history.clone().into();
+            let changed = DanglingToolCallMiddleware::repair(history.clone()) != history;
+            proptest::prop_assert_eq!(DanglingToolCallMiddleware::needs_repair(&list), changed);
+        }
     }
 
     #[test]

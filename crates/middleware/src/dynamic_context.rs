@@ -13,7 +13,7 @@ use crate::util::HIDE_FROM_UI;
 use crate::{Hook, HookOutcome, Middleware, MiddlewareError, RunContext};
 use async_trait::async_trait;
 use fawn_memory::MemoryReader;
-use fawn_state::{Message, MessageKind, StateUpdate, ThreadState};
+use fawn_state::{Message, MessageKind, Messages, StateUpdate, ThreadState};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -78,7 +78,7 @@ fn is_reminder(m: &Message) -> bool {
 }
 
 /// The date of the newest reminder in the thread.
-fn last_reminder_date(messages: &[Message]) -> Option<String> {
+fn last_reminder_date(messages: &Messages) -> Option<String> {
     messages
         .iter()
         .rev()
@@ -93,7 +93,7 @@ fn last_reminder_date(messages: &[Message]) -> Option<String> {
 
 /// Index of the current user message: the last human message that is not a reminder, a
 /// summary, a memory block or an already swapped message.
-fn current_user_message(messages: &[Message]) -> Option<usize> {
+fn current_user_message(messages: &Messages) -> Option<usize> {
     let i = messages.iter().rposition(|m| {
         m.kind == MessageKind::Human
             && !is_reminder(m)

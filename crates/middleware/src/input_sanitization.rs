@@ -142,7 +142,9 @@ impl InputSanitizationMiddleware {
         let Some(idx) = request.messages.iter().rposition(is_real_user_message) else {
             return request;
         };
-        let msg = &mut request.messages[idx];
+        let Some(msg) = request.messages.get_mut(idx) else {
+            return request;
+        };
         // Only the user's own text is framed: UploadsMiddleware keeps it in
         // `original_user_content` and prepends its trusted block before it.
         let original = msg

@@ -60,7 +60,7 @@ use async_trait::async_trait;
 use fawn_config::Settings;
 use fawn_llm::{ChatModel, ChatRequest, LlmError, ModelRegistry, ToolSpec};
 pub use fawn_memory::{MemoryReader, MemorySink};
-use fawn_state::{EventSink, Message, StateUpdate, ThreadState, ToolCall};
+use fawn_state::{EventSink, Message, Messages, StateUpdate, ThreadState, ToolCall};
 use fawn_tools::{SandboxSlot, Tool, ToolError};
 use serde_json::{Map, Value};
 use std::sync::{Arc, Mutex};
@@ -199,8 +199,9 @@ impl RunContext {
 pub struct ModelRequest {
     /// The system prompt, sent as a leading system message.
     pub system_prompt: Option<String>,
-    /// The conversation (without the system prompt).
-    pub messages: Vec<Message>,
+    /// The conversation (without the system prompt). Cloning it shares the state's chunks;
+    /// rewriting it copies only what changes.
+    pub messages: Messages,
     pub tools: Vec<ToolSpec>,
     pub tool_choice: Option<Value>,
     pub model: Arc<dyn ChatModel>,
@@ -222,13 +223,13 @@ impl std::fmt::Debug for ModelRequest {
 }
 
 impl ModelRequest {
-    /// The provider request: the system prompt first, then the messages.
+    /// The provider request: the system prompt first, then the messages (shared with the
+    /// request, not copied).
     pub fn to_chat_request(&self) -> ChatRequest {
-        let mut messages = Vec::with_capacity(self.messages.len() + 1);
-        if let Some(p) = &self.system_prompt {
-            messages.push(Message::system(p.clone()));
-        }
-        messages.extend(self.messages.iter().cloned());
+        let messages = match &self.system_prompt {
+            Some(p) => Messages::prepended(Message::system(p.clone()), &self.messages),
+            None => self.messages.clone(),
+        };
         ChatRequest {
             messages,
             tools: self.tools.clone(),

@@ -41,7 +41,7 @@ impl Middleware for MemoryMiddleware {
             &ctx.thread_id,
             &ctx.user_id,
             ctx.options.agent_name.as_deref(),
-            &state.messages,
+            &state.messages.to_vec(),
         );
         Ok(HookOutcome::none())
     }

@@ -208,7 +208,7 @@ impl DeerFlowSummarizationMiddleware {
         models: &ModelRegistry,
     ) -> Result<String, fawn_llm::LlmError> {
         let request = ChatRequest {
-            messages: vec![Message::human(prompt)],
+            messages: vec![Message::human(prompt)].into(),
             ..Default::default()
         };
         let configured: Option<Arc<dyn ChatModel>> = self
@@ -251,7 +251,7 @@ impl DeerFlowSummarizationMiddleware {
                 return Ok(None);
             }
         }
-        let Some(plan) = self.plan(&state.messages, window) else {
+        let Some(plan) = self.plan(&state.messages.to_vec(), window) else {
             return Ok(None);
         };
         let prompt = self.prompt(&plan.to_summarize, summary);

@@ -149,7 +149,7 @@ impl TitleMiddleware {
         };
         let assistant = first(|m| m.kind == MessageKind::Ai);
         let request = ChatRequest {
-            messages: vec![Message::human(self.prompt(&user, &assistant))],
+            messages: vec![Message::human(self.prompt(&user, &assistant))].into(),
             ..Default::default()
         };
         match model.invoke(request).await {

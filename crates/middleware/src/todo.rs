@@ -9,7 +9,7 @@ use crate::{
     RunContext, ToolCallHandler, ToolCallRequest, ToolCallResult,
 };
 use async_trait::async_trait;
-use fawn_state::{Message, MessageKind, StateUpdate, ThreadState, Todo};
+use fawn_state::{Message, MessageKind, Messages, StateUpdate, ThreadState, Todo};
 use fawn_tools::{Tool, ToolError};
 use std::sync::{Arc, Mutex};
 
@@ -98,13 +98,13 @@ impl TodoMiddleware {
     }
 }
 
-fn has_write_todos_call(messages: &[Message]) -> bool {
+fn has_write_todos_call(messages: &Messages) -> bool {
     messages
         .iter()
         .any(|m| m.kind.is_ai() && m.tool_calls.iter().any(|c| c.name == WRITE_TODOS))
 }
 
-fn has_reminder(messages: &[Message]) -> bool {
+fn has_reminder(messages: &Messages) -> bool {
     messages
         .iter()
         .any(|m| m.kind == MessageKind::Human && m.name.as_deref() == Some(TODO_REMINDER_NAME))

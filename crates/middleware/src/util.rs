@@ -1,6 +1,6 @@
 //! Message helpers shared by the middlewares.
 
-use fawn_state::{Content, Message, MessageKind, ToolCall};
+use fawn_state::{Content, Message, MessageKind, Messages, ToolCall};
 use serde_json::{Map, Value};
 use std::collections::HashSet;
 
@@ -126,7 +126,7 @@ pub fn with_tool_calls(m: &Message, kept: Vec<ToolCall>) -> Message {
 }
 
 /// The last message if it is an AI message.
-pub fn last_ai(messages: &[Message]) -> Option<&Message> {
+pub fn last_ai(messages: &Messages) -> Option<&Message> {
     messages.last().filter(|m| m.kind == MessageKind::Ai)
 }
 

@@ -8,7 +8,7 @@ use crate::util::HIDE_FROM_UI;
 use crate::{Hook, HookOutcome, Middleware, MiddlewareError, RunContext};
 use async_trait::async_trait;
 use base64::Engine;
-use fawn_state::{Content, Message, MessageKind, StateUpdate, ThreadState};
+use fawn_state::{Content, Message, MessageKind, Messages, StateUpdate, ThreadState};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
@@ -35,14 +35,14 @@ impl ViewImageMiddleware {
 }
 
 /// The last AI message, when it called `view_image` and all its calls have results.
-fn completed_view_call(messages: &[Message]) -> Option<&Message> {
+fn completed_view_call(messages: &Messages) -> Option<&Message> {
     let idx = messages.iter().rposition(|m| m.kind == MessageKind::Ai)?;
     let ai = &messages[idx];
     if !ai.tool_calls.iter().any(|c| c.name == VIEW_IMAGE_TOOL) {
         return None;
     }
-    let answered: HashSet<&str> = messages[idx + 1..]
-        .iter()
+    let answered: HashSet<&str> = messages
+        .range(idx + 1..)
         .filter(|m| m.kind == MessageKind::Tool)
         .filter_map(|m| m.tool_call_id.as_deref())
         .collect();

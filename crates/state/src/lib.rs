@@ -7,11 +7,13 @@
 
 pub mod chunk;
 pub mod events;
+pub mod list;
 pub mod message;
 pub mod state;
 
 pub use chunk::{ChunkAccumulator, merge_chunks};
 pub use events::{Command, EventSink, Interrupt, NullSink, StreamEvent, VecSink};
+pub use list::Messages;
 pub use message::{
     Content, InvalidToolCall, Message, MessageError, MessageKind, REMOVE_ALL_MESSAGES, ToolCall,
     ToolCallChunk, UsageMetadata, messages_from_value,

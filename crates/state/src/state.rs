@@ -1,5 +1,6 @@
 //! `ThreadState` (DeerFlow's channels) and the reducers that apply updates to it.
 
+use crate::list::{Messages, id_of, needs_fixing};
 use crate::message::{
     Message, MessageError, MessageKind, REMOVE_ALL_MESSAGES, messages_from_value,
 };
@@ -43,7 +44,7 @@ pub struct Todo {
 /// serialized, so `values` only shows what exists (as LangGraph does).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct ThreadState {
-    pub messages: Vec<Message>,
+    pub messages: Messages,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxState>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -296,10 +297,6 @@ pub fn normalize_messages(messages: &mut [Message]) {
     assign_missing_ids(messages);
 }
 
-fn id_of(m: &Message) -> &str {
-    m.id.as_deref().unwrap_or_default()
-}
-
 /// Checks that applying `writes` (each one `add_messages` call) to messages with the ids
 /// `ids` cannot fail, i.e. every `RemoveMessage` names an id present at that point.
 fn check_removals<'a>(
@@ -340,8 +337,10 @@ fn check_removals<'a>(
 /// One deliberate difference: the messages after a remove-all go through the usual rules
 /// (LangGraph returns them verbatim, so a duplicate id there would appear twice and a
 /// `RemoveMessage` would be stored as a message).
-pub fn add_messages(left: &mut Vec<Message>, right: &[Message]) -> Result<(), ReducerError> {
-    let needs_fixing = |m: &Message| m.is_chunk() || m.id.as_deref().is_none_or(str::is_empty);
+///
+/// Cost: a write without removals costs a hash lookup per chunk of `left` per written
+/// message (see [`Messages::rfind_id`]), never a copy or a scan of the whole list.
+pub fn add_messages(left: &mut Messages, right: &[Message]) -> Result<(), ReducerError> {
     let normalized;
     let right = if right.iter().any(needs_fixing) {
         let mut copy = right.to_vec();
@@ -351,8 +350,8 @@ pub fn add_messages(left: &mut Vec<Message>, right: &[Message]) -> Result<(), Re
     } else {
         right
     };
-    if left.iter().any(needs_fixing) {
-        normalize_messages(left);
+    if left.any_needs_fixing() {
+        left.fix_with(normalize_messages);
     }
     if has_removals(right) {
         let mut ids: std::collections::HashSet<&str> = left.iter().map(id_of).collect();
@@ -362,19 +361,13 @@ pub fn add_messages(left: &mut Vec<Message>, right: &[Message]) -> Result<(), Re
     Ok(())
 }
 
-/// Writes of at most this many messages, none of them a removal, are applied by searching
-/// `left` from its end for each id: appends and replacements of recent messages then cost a
-/// few string comparisons per written message instead of hashing every id of the thread on
-/// every step.
-const LINEAR_APPLY_MAX: usize = 16;
-
 /// True when a write holds a `RemoveMessage` (including remove-all).
 fn has_removals(right: &[Message]) -> bool {
     right.iter().any(|m| m.kind == MessageKind::Remove)
 }
 
 /// `add_messages` on input already checked by [`check_removals`] and normalised.
-fn apply_add_messages(left: &mut Vec<Message>, right: &[Message]) {
+fn apply_add_messages(left: &mut Messages, right: &[Message]) {
     let right = match right.iter().rposition(Message::is_remove_all) {
         Some(pos) => {
             left.clear();
@@ -382,16 +375,20 @@ fn apply_add_messages(left: &mut Vec<Message>, right: &[Message]) {
         }
         None => right,
     };
-    if right.len() <= LINEAR_APPLY_MAX && !has_removals(right) {
+    if !has_removals(right) {
+        // Appends and replacements: one id lookup each (the list keeps an id index).
         for m in right {
-            let id = id_of(m);
-            match left.iter().rposition(|x| id_of(x) == id) {
-                Some(i) => left[i] = m.clone(),
+            match left.rfind_id(id_of(m)) {
+                Some(i) => {
+                    left.replace(i, m.clone());
+                }
                 None => left.push(m.clone()),
             }
         }
         return;
     }
+    // With removals, every written id is resolved against the list as it was before the
+    // write (plus what the write appended), then the removed positions are dropped at once.
     let mut index: HashMap<String, usize> = left
         .iter()
         .enumerate()
@@ -403,7 +400,7 @@ fn apply_add_messages(left: &mut Vec<Message>, right: &[Message]) {
         match (index.get(id).copied(), &m.kind) {
             (Some(i), MessageKind::Remove) => removed[i] = true,
             (Some(i), _) => {
-                left[i] = m.clone();
+                left.replace(i, m.clone());
                 removed[i] = false;
             }
             // Checked beforehand: cannot happen.
@@ -418,7 +415,7 @@ fn apply_add_messages(left: &mut Vec<Message>, right: &[Message]) {
     if removed.iter().any(|r| *r) {
         let mut i = 0;
         left.retain(|_| {
-            let keep = !removed[i];
+            let keep = !removed.get(i).copied().unwrap_or(false);
             i += 1;
             keep
         });
@@ -482,12 +479,8 @@ impl ThreadState {
             }
         }
         // Everything below is infallible once the removals are known to be valid.
-        if self
-            .messages
-            .iter()
-            .any(|m| m.is_chunk() || m.id.as_deref().is_none_or(str::is_empty))
-        {
-            normalize_messages(&mut self.messages);
+        if self.messages.any_needs_fixing() {
+            self.messages.fix_with(normalize_messages);
         }
         // Only removals can fail; a step without any skips the id set (O(thread length)).
         if writes
@@ -556,7 +549,7 @@ impl ThreadState {
     /// The state as a write that recreates it from an empty state (used for snapshots).
     pub fn to_update(&self) -> StateUpdate {
         StateUpdate {
-            messages: Some(self.messages.clone()),
+            messages: Some(self.messages.to_vec()),
             sandbox: self.sandbox.clone(),
             thread_data: self.thread_data.clone().map(Some),
             title: self.title.clone().map(Some),
@@ -679,8 +672,8 @@ mod tests {
         let mut b = ThreadState::default();
         b.apply(&mut upd(json!({"messages": base}))).unwrap();
         assert_eq!(a, b);
-        // A write larger than the linear limit gives the same result through the index.
-        let many: Vec<Value> = (0..(LINEAR_APPLY_MAX + 5))
+        // A larger write gives the same result as one message at a time.
+        let many: Vec<Value> = (0..21)
             .map(
                 |i| json!({"type": "ai", "content": format!("x{i}"), "id": format!("id{}", i % 3)}),
             )

@@ -462,7 +462,7 @@ impl<'a> Loop<'a> {
         let state = self.state.clone();
         let request = ModelRequest {
             system_prompt: self.graph.system_prompt.clone(),
-            // The one O(messages) copy of a step: the request owns its conversation.
+            // Shares the state's chunks: no message is copied.
             messages: state.messages.clone(),
             tools: self.graph.tool_specs.clone(),
             tool_choice: None,
@@ -509,8 +509,9 @@ impl<'a> Loop<'a> {
             });
         };
         let ai = &state.messages[ai_index];
-        let answered: HashSet<&str> = state.messages[ai_index + 1..]
-            .iter()
+        let answered: HashSet<&str> = state
+            .messages
+            .range(ai_index + 1..)
             .filter(|m| m.kind == MessageKind::Tool)
             .filter_map(|m| m.tool_call_id.as_deref())
             .collect();

@@ -20,12 +20,10 @@ pub(crate) struct ModelInvoker {
     pub(crate) stream_tokens: bool,
 }
 
-/// The provider request, moving the conversation instead of copying it.
-fn into_chat_request(mut request: ModelRequest) -> (Arc<dyn ChatModel>, ChatRequest) {
-    let messages = std::mem::take(&mut request.messages);
-    // Everything but the conversation goes through the chain's own conversion.
-    let mut chat = request.to_chat_request();
-    chat.messages.extend(messages);
+/// The provider request. Its conversation shares the request's chunks (the system prompt
+/// is a chunk of its own in front), so no message is copied.
+fn into_chat_request(request: ModelRequest) -> (Arc<dyn ChatModel>, ChatRequest) {
+    let chat = request.to_chat_request();
     (request.model, chat)
 }
 

@@ -27,7 +27,7 @@ fn agent_with_hooks() -> fawn_agent::LeadAgent {
 
 fn state_with(messages: Vec<Message>) -> ThreadState {
     ThreadState {
-        messages,
+        messages: messages.into(),
         ..Default::default()
     }
 }

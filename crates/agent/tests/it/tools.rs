@@ -95,8 +95,10 @@ async fn calls_of_one_message_run_concurrently_results_in_call_order() {
         .map(|m| m["tool_call_id"].as_str().unwrap())
         .collect();
     assert_eq!(ids, ["c_a", "c_b", "c_c"]);
-    let texts: Vec<String> = rec.last_state().messages[2..5]
-        .iter()
+    let texts: Vec<String> = rec
+        .last_state()
+        .messages
+        .range(2..5)
         .map(|m| m.text())
         .collect();
     assert_eq!(texts, ["met a", "met b", "met c"]);

@@ -388,15 +388,20 @@ fn assistant_message(m: &Message, quirks: &Quirks, thinking_on: bool) -> WireMes
 }
 
 /// Converts the conversation to wire messages.
-pub(crate) fn convert_messages(
-    messages: &[Message],
+pub(crate) fn convert_messages<'a, I>(
+    messages: I,
     quirks: &Quirks,
     vision: bool,
     thinking_on: bool,
-) -> Result<Vec<WireMessage>, LlmError> {
+) -> Result<Vec<WireMessage>, LlmError>
+where
+    I: IntoIterator<Item = &'a Message>,
+    I::IntoIter: ExactSizeIterator,
+{
+    let messages = messages.into_iter();
     let mut out = Vec::with_capacity(messages.len());
     let mut dropped_calls: HashSet<String> = HashSet::new();
-    for (i, m) in messages.iter().enumerate() {
+    for (i, m) in messages.enumerate() {
         let role = match (&m.kind, role_of(&m.kind)) {
             (MessageKind::Remove, _) => continue,
             (MessageKind::Chat, _) => m.role.as_deref().unwrap_or("user"),

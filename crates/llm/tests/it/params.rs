@@ -120,7 +120,9 @@ async fn headers_key_extra_body_and_sampling_params() {
 #[tokio::test]
 async fn minimax_strips_user_names_and_splits_reasoning() {
     let mut req = ask("q");
-    req.messages[1].name = Some("user-input".into());
+    if let Some(m) = req.messages.get_mut(1) {
+        m.name = Some("user-input".into());
+    }
     let b = body_for(
         "deerflow.models.patched_minimax:PatchedChatMiniMax",
         json!({}),
@@ -139,7 +141,8 @@ fn image_request() -> ChatRequest {
             json!({"type": "text", "text": "What is this?"}),
             json!({"type": "image", "source_type": "base64", "data": "iVBORw0KGgo=", "mime_type": "image/png"}),
             json!({"type": "image_url", "image_url": {"url": "https://example.com/cat.jpg", "detail": "low"}}),
-        ]))],
+        ]))]
+        .into(),
         ..Default::default()
     }
 }

@@ -81,7 +81,7 @@ pub fn claude(mock: &MockLlm, overrides: Value) -> Built {
 
 pub fn ask(text: &str) -> ChatRequest {
     ChatRequest {
-        messages: vec![Message::system("You are terse."), Message::human(text)],
+        messages: vec![Message::system("You are terse."), Message::human(text)].into(),
         ..Default::default()
     }
 }

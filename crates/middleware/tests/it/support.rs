@@ -19,7 +19,7 @@ use fawn_sandbox::{
     ExecOptions, ExecOutput, GrepMatch, GrepOptions, Sandbox, SandboxError, SandboxProvider,
     ThreadPaths, VIRTUAL_USER_DATA,
 };
-use fawn_state::{EventSink, Message, StateUpdate, StreamEvent, ThreadState, VecSink};
+use fawn_state::{EventSink, Message, Messages, StateUpdate, StreamEvent, ThreadState, VecSink};
 use fawn_tools::{SandboxSlot, Tool, ToolContext, ToolError, ToolOutput};
 use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};
@@ -303,10 +303,10 @@ impl Fx {
     }
 
     /// A model request for `messages` against the fixture's model.
-    pub fn request(&self, messages: Vec<Message>) -> ModelRequest {
+    pub fn request(&self, messages: impl Into<Messages>) -> ModelRequest {
         ModelRequest {
             system_prompt: Some("SYSTEM".into()),
-            messages,
+            messages: messages.into(),
             tools: Vec::new(),
             tool_choice: None,
             model: self.model.clone(),

@@ -21,7 +21,7 @@ use crate::wire::ok;
 use axum::extract::{Path, State};
 use axum::response::Response;
 use fawn_checkpoint::RunQuery;
-use fawn_state::{Message, MessageKind, ThreadState};
+use fawn_state::{Message, MessageKind, Messages, ThreadState};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
@@ -69,15 +69,15 @@ pub async fn messages_page(
 }
 
 /// One page ending just before `before` (1-based seqs), oldest first.
-pub fn page(messages: &[Message], limit: usize, before: Option<u64>) -> (Vec<Value>, bool, Value) {
+pub fn page(messages: &Messages, limit: usize, before: Option<u64>) -> (Vec<Value>, bool, Value) {
     let n = messages.len();
     let end = match before {
         Some(b) => usize::try_from(b - 1).unwrap_or(usize::MAX).min(n),
         None => n,
     };
     let start = end.saturating_sub(limit);
-    let data = messages[start..end]
-        .iter()
+    let data = messages
+        .range(start..end)
         .enumerate()
         .map(|(i, m)| {
             let run_id = m
@@ -178,7 +178,7 @@ pub struct Usage {
     pub last_model: Option<String>,
 }
 
-pub fn usage_of(messages: &[Message]) -> Usage {
+pub fn usage_of<'a>(messages: impl IntoIterator<Item = &'a Message>) -> Usage {
     let mut u = Usage::default();
     for m in messages {
         match m.kind {
@@ -250,7 +250,7 @@ pub async fn suggestions(
 mod tests {
     use super::*;
 
-    fn msgs(n: usize) -> Vec<Message> {
+    fn msgs(n: usize) -> Messages {
         (0..n).map(|i| Message::human(format!("m{i}"))).collect()
     }
 
@@ -283,7 +283,7 @@ mod tests {
         let (d, more, _) = page(&m, 50, Some(100));
         assert_eq!(d.len(), 5);
         assert!(!more);
-        assert!(page(&[], 5, None).0.is_empty());
+        assert!(page(&Messages::new(), 5, None).0.is_empty());
     }
 
     #[test]

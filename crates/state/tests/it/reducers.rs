@@ -4,7 +4,7 @@
 
 use fawn_state::state::normalize_messages;
 use fawn_state::{
-    Message, MessageKind, REMOVE_ALL_MESSAGES, StateUpdate, ThreadState, add_messages,
+    Message, MessageKind, Messages, REMOVE_ALL_MESSAGES, StateUpdate, ThreadState, add_messages,
 };
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
@@ -214,18 +214,19 @@ proptest! {
     /// `add_messages` equals the reference model; on error the list is untouched.
     #[test]
     fn add_messages_matches_model(
-        base in prop::collection::vec(message_json(), 0..6),
+        base in prop::collection::vec(message_json(), 0..80),
         write in prop::collection::vec(message_json(), 0..6),
     ) {
-        // A base the reducer could have produced: apply it to an empty list first.
-        let mut left = Vec::new();
+        // A base the reducer could have produced: apply it to an empty list first. Up to 80
+        // messages, so that the list spans several of `Messages`' chunks.
+        let mut left = Messages::new();
         let base_msgs: Vec<Message> = written_messages(&Value::Array(base))
             .into_iter()
             .filter(|m| m.kind != MessageKind::Remove)
             .collect();
         add_messages(&mut left, &base_msgs).unwrap();
         let right = written_messages(&Value::Array(write));
-        let expected = model_add_messages(&left, &right);
+        let expected = model_add_messages(&left.to_vec(), &right);
         let before = left.clone();
         match (add_messages(&mut left, &right), expected) {
             (Ok(()), Ok(want)) => prop_assert_eq!(left, want),
@@ -243,7 +244,7 @@ proptest! {
     /// Same id replaces in place and keeps its position; new ids append in order.
     #[test]
     fn same_id_replaces_in_place(n in 1..6usize, pick in 0..6usize, text in "[a-z]{1,5}") {
-        let mut left: Vec<Message> =
+        let mut left: Messages =
             (0..n).map(|i| Message::human(format!("m{i}")).with_id(format!("id{i}"))).collect();
         let pick = pick % n;
         let replacement = Message::ai(text.as_str()).with_id(format!("id{pick}"));
