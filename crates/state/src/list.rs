@@ -92,6 +92,15 @@ pub(crate) fn needs_fixing(m: &Message) -> bool {
     m.is_chunk() || m.id.as_deref().is_none_or(str::is_empty)
 }
 
+/// Copies of the messages whose `mask` entry is true, in order.
+fn kept_by_mask(msgs: &[Message], mask: Vec<bool>) -> Vec<Message> {
+    msgs.iter()
+        .zip(mask)
+        .filter(|(_, k)| *k)
+        .map(|(m, _)| m.clone())
+        .collect()
+}
+
 fn id_hash(id: &str) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     id.hash(&mut h);
@@ -311,13 +320,7 @@ impl Messages {
                 continue;
             }
             changed = true;
-            let kept: Vec<Message> = c
-                .msgs
-                .iter()
-                .zip(mask)
-                .filter(|(_, k)| *k)
-                .map(|(m, _)| m.clone())
-                .collect();
+            let kept = kept_by_mask(&c.msgs, mask);
             if kept.is_empty() {
                 continue;
             }
@@ -335,14 +338,7 @@ impl Messages {
         }
         let tail_mask: Vec<bool> = self.tail.iter().map(&mut keep).collect();
         if tail_mask.iter().any(|k| !*k) {
-            let kept: Vec<Message> = self
-                .tail
-                .iter()
-                .zip(tail_mask)
-                .filter(|(_, k)| *k)
-                .map(|(m, _)| m.clone())
-                .collect();
-            self.tail = Arc::new(kept);
+            self.tail = Arc::new(kept_by_mask(&self.tail, tail_mask));
         }
         if changed {
             self.chunks = chunks;
