@@ -17,6 +17,7 @@ mod checkpoints;
 mod crons;
 pub(crate) mod db;
 mod items;
+mod lite;
 mod runs;
 mod threads;
 
