@@ -1,11 +1,11 @@
-//! The thin layer between the stores and sqlx: one query representation ([`Sql`]: text
-//! with `$N` placeholders plus owned arguments) that runs unchanged on SQLite and
-//! Postgres, rows that decode the same way from both, transactions, pools, migrations and
-//! the retry of transient failures.
+//! The thin layer between the stores and the drivers (sqlx for Postgres, rusqlite for
+//! SQLite, see [`lite`]): one query representation ([`Sql`]: text with `$N` placeholders
+//! plus owned arguments) that runs unchanged on both, rows that decode the same way from
+//! both, transactions, pools, migrations and the retry of transient failures.
 //!
-//! Both schemas store timestamps as integer microseconds and bind JSON through
-//! `sqlx::types::Json` (TEXT on SQLite, JSONB on Postgres), so most statements are shared;
-//! the few that differ are chosen with [`Dialect::pick`].
+//! Both schemas store timestamps as integer microseconds and JSON as TEXT (SQLite) or
+//! JSONB (Postgres), so most statements are shared; the few that differ are chosen with
+//! [`Dialect::pick`].
 
 use super::lite::{self, Lite, LiteRow, LiteTx};
 use crate::{StoreError, types::JsonMap};

@@ -366,3 +366,83 @@ pub(crate) fn is_transient(e: &rusqlite::Error) -> bool {
 pub(crate) fn is_too_big(e: &rusqlite::Error) -> bool {
     matches!(e.sqlite_error_code(), Some(ErrorCode::TooBig))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn db() -> (tempfile::TempDir, Lite) {
+        let dir = tempfile::tempdir().unwrap();
+        let lite = Lite::open(&dir.path().join("t.db"), 2, Duration::from_secs(1)).unwrap();
+        lite.write(Sql::new(
+            "CREATE TABLE t (k TEXT PRIMARY KEY, i INTEGER, f REAL, b BOOLEAN, j TEXT)",
+        ))
+        .await
+        .unwrap();
+        (dir, lite)
+    }
+
+    fn insert(k: &str) -> Sql {
+        Sql::new("INSERT INTO t (k, i, f, b, j) VALUES ($1, $2, $3, $4, $5)")
+            .bind(k)
+            .bind(7i64)
+            .bind(Some(1.5))
+            .bind(true)
+            .arg(Arg::json(&serde_json::json!({"a": [1, "x"]})))
+    }
+
+    #[tokio::test]
+    async fn values_round_trip_and_placeholders_repeat() {
+        let (_dir, lite) = db().await;
+        assert_eq!(lite.write(insert("a")).await.unwrap().1, 1);
+        let row = lite
+            .read_opt(
+                Sql::new("SELECT k, i, f, b, j, NULL AS n FROM t WHERE k = $1 AND $1 = k")
+                    .bind("a"),
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(row.opt_text("k").unwrap().as_deref(), Some("a"));
+        assert_eq!(row.opt_int("i").unwrap(), Some(7));
+        assert_eq!(row.opt_float("f").unwrap(), Some(1.5));
+        assert_eq!(row.opt_bool("b").unwrap(), Some(true));
+        assert_eq!(
+            row.opt_json("j").unwrap(),
+            Some(serde_json::json!({"a": [1, "x"]}))
+        );
+        assert_eq!(row.opt_text("n").unwrap(), None);
+        assert!(row.opt_int("k").is_err(), "text is not an integer");
+        assert!(row.opt_text("missing").is_err());
+    }
+
+    #[tokio::test]
+    async fn a_dropped_transaction_rolls_back_and_frees_the_writer() {
+        let (_dir, lite) = db().await;
+        let mut tx = lite.begin().await.unwrap();
+        tx.run(insert("gone")).unwrap();
+        drop(tx);
+        let mut tx = lite.begin().await.unwrap();
+        tx.run(insert("kept")).unwrap();
+        tx.commit().unwrap();
+        let rows = lite
+            .read_all(Sql::new("SELECT k FROM t ORDER BY k"))
+            .unwrap();
+        let keys: Vec<_> = rows.iter().map(|r| r.opt_text("k").unwrap()).collect();
+        assert_eq!(keys, vec![Some("kept".to_string())]);
+    }
+
+    #[tokio::test]
+    async fn unique_violations_and_closing_are_reported() {
+        let (_dir, lite) = db().await;
+        lite.write(insert("a")).await.unwrap();
+        match lite.write(insert("a")).await {
+            Err(DbErr::Lite(e)) => assert!(is_unique_violation(&e)),
+            other => panic!("expected a unique violation, got {:?}", other.map(|r| r.1)),
+        }
+        lite.close().await;
+        assert!(lite.is_closed());
+        assert!(lite.read_all(Sql::new("SELECT 1")).is_err());
+        assert!(lite.write(insert("b")).await.is_err());
+        assert!(lite.begin().await.is_err());
+    }
+}
