@@ -227,7 +227,7 @@ impl StateUpdate {
     }
 
     /// Merges `other` into `self`, so that applying `self` afterwards equals applying the
-    /// old `self` and then `other` (as two separate applications) — with three exceptions
+    /// old `self` and then `other` (as two separate applications) — with four exceptions
     /// that a single write cannot express:
     ///
     /// * `messages`: `self` holds a `RemoveMessage` for an unknown id (an error on its own)
@@ -235,6 +235,9 @@ impl StateUpdate {
     /// * `messages`: a `RemoveMessage(id)` in `self` followed by a message with the same id
     ///   in `other`, when that id was already in the state. In one `add_messages` call the
     ///   message is replaced in place; in two calls it is removed and then appended.
+    /// * `messages`: `self` and `other` both hold a `RemoveMessage` for the same id. In two
+    ///   calls the second one fails (the id is gone); in one call both find it and it is
+    ///   removed once. (Only an update that fails on its own is affected.)
     /// * `viewed_images`: `self` clears (`{}`) and `other` adds images. Merged, the images
     ///   are added to the old ones instead of replacing them.
     ///

@@ -1,28 +1,27 @@
-//! The thin layer between the stores and sqlx: one query representation ([`Sql`]: text
-//! with `$N` placeholders plus owned arguments) that runs unchanged on SQLite and
-//! Postgres, rows that decode the same way from both, transactions, pools, migrations and
-//! the retry of transient failures.
+//! The thin layer between the stores and the drivers (sqlx for Postgres, rusqlite for
+//! SQLite, see [`lite`]): one query representation ([`Sql`]: text with `$N` placeholders
+//! plus owned arguments) that runs unchanged on both, rows that decode the same way from
+//! both, transactions, pools, migrations and the retry of transient failures.
 //!
-//! Both schemas store timestamps as integer microseconds and bind JSON through
-//! `sqlx::types::Json` (TEXT on SQLite, JSONB on Postgres), so most statements are shared;
-//! the few that differ are chosen with [`Dialect::pick`].
+//! Both schemas store timestamps as integer microseconds and JSON as TEXT (SQLite) or
+//! JSONB (Postgres), so most statements are shared; the few that differ are chosen with
+//! [`Dialect::pick`].
 
+use super::lite::{self, Lite, LiteRow, LiteTx};
 use crate::{StoreError, types::JsonMap};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{
-    AssertSqlSafe, Database, Decode, PgPool, Postgres, Row as _, SqlStr, Sqlite, SqlitePool,
-    Transaction, Type,
+    AssertSqlSafe, Database, Decode, PgPool, Postgres, Row as _, SqlStr, Transaction, Type,
 };
 use std::borrow::Cow;
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Transient failures (serialization failures, deadlocks, dropped connections) are retried
@@ -52,7 +51,10 @@ impl Dialect {
 #[derive(Debug)]
 pub(crate) enum DbErr {
     Store(StoreError),
+    /// Postgres (through sqlx).
     Sql(sqlx::Error),
+    /// SQLite (through rusqlite).
+    Lite(rusqlite::Error),
 }
 
 pub(crate) type DbResult<T> = std::result::Result<T, DbErr>;
@@ -91,6 +93,7 @@ impl DbErr {
             DbErr::Sql(e) => e
                 .as_database_error()
                 .is_some_and(|d| d.is_unique_violation()),
+            DbErr::Lite(e) => lite::is_unique_violation(e),
             DbErr::Store(_) => false,
         }
     }
@@ -98,8 +101,10 @@ impl DbErr {
     /// Worth retrying the whole operation: serialization failure, deadlock, a connection
     /// that went away, or SQLite being busy.
     pub fn is_transient(&self) -> bool {
-        let DbErr::Sql(e) = self else {
-            return false;
+        let e = match self {
+            DbErr::Sql(e) => e,
+            DbErr::Lite(e) => return lite::is_transient(e),
+            DbErr::Store(_) => return false,
         };
         match e {
             sqlx::Error::Io(_) => true,
@@ -112,8 +117,6 @@ impl DbErr {
                     // exceptions, admin shutdown.
                     "40001" | "40P01" | "57P01" | "57P02" | "57P03"
                 ) || code.starts_with("08")
-                    // SQLite: SQLITE_BUSY, SQLITE_LOCKED and their extended codes.
-                    || matches!(code, "5" | "6" | "261" | "262" | "517" | "773")
             }
             _ => false,
         }
@@ -132,14 +135,21 @@ impl DbErr {
                 ))
             }
             DbErr::Sql(e) => StoreError::Database(e.to_string()),
+            DbErr::Lite(rusqlite::Error::QueryReturnedNoRows) => {
+                StoreError::Database("a row the operation needed disappeared".to_string())
+            }
+            DbErr::Lite(e) if lite::is_too_big(&e) => {
+                StoreError::Invalid(format!("the database cannot store this value: {e}"))
+            }
+            DbErr::Lite(e) => StoreError::Database(e.to_string()),
         }
     }
 }
 
 /// Deterministic refusals of a value: Postgres data exceptions (class 22) and limits
-/// (54000), SQLite `TOOBIG`.
+/// (54000). (SQLite's `TOOBIG` is recognized in [`lite`].)
 fn is_bad_data(code: Option<&str>) -> bool {
-    code.is_some_and(|c| c.starts_with("22") || c == "54000" || c == "18")
+    code.is_some_and(|c| c.starts_with("22") || c == "54000")
 }
 
 /// Runs `$op` (an expression producing a fresh future each time it is evaluated) and
@@ -291,17 +301,12 @@ impl Sql {
         }
     }
 
-    fn sqlite(self) -> sqlx::query::Query<'static, Sqlite, <Sqlite as Database>::Arguments> {
-        let mut q = sqlx::query::<Sqlite>(Sql::sql_str(self.text));
-        for a in self.args {
-            q = match a {
-                Arg::Text(v) | Arg::Json(v) => q.bind(v),
-                Arg::Int(v) => q.bind(v),
-                Arg::Float(v) => q.bind(v),
-                Arg::Bool(v) => q.bind(v),
-            };
-        }
-        q
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    pub fn args(&self) -> &[Arg] {
+        &self.args
     }
 
     fn postgres(
@@ -384,57 +389,69 @@ impl Binds {
 
 /// A result row from either database.
 pub(crate) enum Row {
-    Sqlite(SqliteRow),
+    Lite(LiteRow),
     Pg(PgRow),
 }
 
 impl Row {
-    fn get<T>(&self, col: &str) -> DbResult<T>
+    fn pg<T>(r: &PgRow, col: &str) -> DbResult<T>
     where
-        T: for<'r> Decode<'r, Sqlite>
-            + Type<Sqlite>
-            + for<'r> Decode<'r, Postgres>
-            + Type<Postgres>,
+        T: for<'r> Decode<'r, Postgres> + Type<Postgres>,
     {
-        let r = match self {
-            Row::Sqlite(r) => r.try_get::<T, _>(col),
-            Row::Pg(r) => r.try_get::<T, _>(col),
-        };
-        r.map_err(|e| DbErr::corrupt(format!("column {col}: {e}")))
+        r.try_get::<T, _>(col)
+            .map_err(|e| DbErr::corrupt(format!("column {col}: {e}")))
+    }
+
+    fn required<T>(col: &str, v: Option<T>) -> DbResult<T> {
+        v.ok_or_else(|| DbErr::corrupt(format!("column {col}: unexpected NULL")))
     }
 
     pub fn text(&self, col: &str) -> DbResult<String> {
-        self.get(col)
+        Row::required(col, self.opt_text(col)?)
     }
 
     pub fn opt_text(&self, col: &str) -> DbResult<Option<String>> {
-        self.get(col)
+        match self {
+            Row::Lite(r) => r.opt_text(col),
+            Row::Pg(r) => Row::pg(r, col),
+        }
     }
 
     pub fn int(&self, col: &str) -> DbResult<i64> {
-        self.get(col)
+        Row::required(col, self.opt_int(col)?)
     }
 
     pub fn opt_int(&self, col: &str) -> DbResult<Option<i64>> {
-        self.get(col)
+        match self {
+            Row::Lite(r) => r.opt_int(col),
+            Row::Pg(r) => Row::pg(r, col),
+        }
     }
 
     pub fn opt_float(&self, col: &str) -> DbResult<Option<f64>> {
-        self.get(col)
+        match self {
+            Row::Lite(r) => r.opt_float(col),
+            Row::Pg(r) => Row::pg(r, col),
+        }
     }
 
     pub fn boolean(&self, col: &str) -> DbResult<bool> {
-        self.get(col)
+        let v = match self {
+            Row::Lite(r) => r.opt_bool(col)?,
+            Row::Pg(r) => Row::pg(r, col)?,
+        };
+        Row::required(col, v)
     }
 
     pub fn json(&self, col: &str) -> DbResult<Value> {
-        Ok(self.get::<sqlx::types::Json<Value>>(col)?.0)
+        Row::required(col, self.opt_json(col)?)
     }
 
     pub fn opt_json(&self, col: &str) -> DbResult<Option<Value>> {
-        Ok(self
-            .get::<Option<sqlx::types::Json<Value>>>(col)?
-            .map(|j| j.0))
+        match self {
+            Row::Lite(r) => r.opt_json(col),
+            Row::Pg(r) => Ok(Row::pg::<Option<sqlx::types::Json<Value>>>(r, col)?.map(|j| j.0)),
+        }
     }
 
     pub fn map(&self, col: &str) -> DbResult<JsonMap> {
@@ -461,20 +478,14 @@ impl Row {
 /// transactions are serialized in-process. Postgres: `READ COMMITTED`; statements that
 /// derive a thread's status lock the thread row first (see the run store).
 pub(crate) enum Tx {
-    Sqlite(Transaction<'static, Sqlite>),
+    Sqlite(LiteTx),
     Pg(Transaction<'static, Postgres>),
 }
 
 impl Tx {
     pub async fn all(&mut self, sql: Sql) -> DbResult<Vec<Row>> {
         Ok(match self {
-            Tx::Sqlite(tx) => sql
-                .sqlite()
-                .fetch_all(&mut **tx)
-                .await?
-                .into_iter()
-                .map(Row::Sqlite)
-                .collect(),
+            Tx::Sqlite(tx) => tx.run(sql)?.0.into_iter().map(Row::Lite).collect(),
             Tx::Pg(tx) => sql
                 .postgres()?
                 .fetch_all(&mut **tx)
@@ -487,11 +498,7 @@ impl Tx {
 
     pub async fn opt(&mut self, sql: Sql) -> DbResult<Option<Row>> {
         Ok(match self {
-            Tx::Sqlite(tx) => sql
-                .sqlite()
-                .fetch_optional(&mut **tx)
-                .await?
-                .map(Row::Sqlite),
+            Tx::Sqlite(tx) => tx.run(sql)?.0.into_iter().next().map(Row::Lite),
             Tx::Pg(tx) => sql
                 .postgres()?
                 .fetch_optional(&mut **tx)
@@ -502,14 +509,14 @@ impl Tx {
 
     pub async fn exec(&mut self, sql: Sql) -> DbResult<u64> {
         Ok(match self {
-            Tx::Sqlite(tx) => sql.sqlite().execute(&mut **tx).await?.rows_affected(),
+            Tx::Sqlite(tx) => tx.run(sql)?.1,
             Tx::Pg(tx) => sql.postgres()?.execute(&mut **tx).await?.rows_affected(),
         })
     }
 
     pub async fn commit(self) -> DbResult<()> {
         match self {
-            Tx::Sqlite(tx) => tx.commit().await?,
+            Tx::Sqlite(tx) => tx.commit()?,
             Tx::Pg(tx) => tx.commit().await?,
         }
         Ok(())
@@ -544,8 +551,7 @@ pub(crate) struct PoolSettings {
 
 enum Pools {
     Sqlite {
-        writer: SqlitePool,
-        readers: SqlitePool,
+        lite: Arc<Lite>,
         /// Background WAL checkpoints (see [`wal_checkpoints`]).
         checkpointer: tokio::task::JoinHandle<()>,
     },
@@ -606,18 +612,13 @@ fn db_error(context: &str, e: impl std::fmt::Display) -> StoreError {
 /// (`PASSIVE`: it never waits for, nor blocks, the writer). A checkpoint syncs the database
 /// file; run by the writer on commit (SQLite's default) that sync stalls every write
 /// queued behind it whenever the disk is slow.
-async fn wal_checkpoints(readers: SqlitePool) {
+async fn wal_checkpoints(lite: Arc<Lite>) {
     loop {
         tokio::time::sleep(Duration::from_millis(250)).await;
-        if readers.is_closed() {
+        if lite.is_closed() {
             return;
         }
-        if let Err(e) = sqlx::query::<Sqlite>("PRAGMA wal_checkpoint(PASSIVE)")
-            .execute(&readers)
-            .await
-        {
-            tracing::debug!(error = %e, "background WAL checkpoint failed");
-        }
+        lite.wal_checkpoint().await;
     }
 }
 
@@ -639,7 +640,8 @@ pub(crate) fn valid_schema_name(schema: &str) -> bool {
 
 impl Db {
     /// Opens (creating the file and its directory) and migrates a SQLite database: WAL,
-    /// `synchronous=NORMAL`, a busy timeout, one writer connection and a pool of readers.
+    /// `synchronous=NORMAL`, a busy timeout, one writer connection and a set of readers
+    /// (see [`lite`]). Migrations run through sqlx on a connection of their own.
     pub async fn open_sqlite(path: &Path, settings: &PoolSettings) -> crate::Result<Db> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             tokio::fs::create_dir_all(dir)
@@ -652,43 +654,29 @@ impl Db {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(false)
-            .pragma("temp_store", "memory")
-            // Checkpoints normally run in the background (see `wal_checkpoints`); this is
-            // the writer's own fallback if the WAL still grows past ~32 MiB.
-            .pragma("wal_autocheckpoint", "8192")
-            .statement_cache_capacity(256);
-        // No ping before each use: a broken connection surfaces as an error that the
-        // caller retries (see `retry!`), instead of one extra round trip per operation.
-        let writer = SqlitePoolOptions::new()
-            .test_before_acquire(false)
+            .foreign_keys(false);
+        let migrations = SqlitePoolOptions::new()
             .max_connections(1)
-            .min_connections(1)
             .acquire_timeout(settings.acquire_timeout)
-            .idle_timeout(None)
-            .max_lifetime(None)
-            .connect_with(options.clone())
-            .await
-            .map_err(|e| db_error(&format!("cannot open {}", path.display()), e))?;
-        migrator(Dialect::Sqlite)
-            .run(&writer)
-            .await
-            .map_err(|e| db_error("migrating the SQLite database failed", e))?;
-        let readers = SqlitePoolOptions::new()
-            .test_before_acquire(false)
-            .max_connections(settings.sqlite_readers.max(1))
-            .acquire_timeout(settings.acquire_timeout)
-            .idle_timeout(None)
-            .max_lifetime(None)
             .connect_with(options)
             .await
             .map_err(|e| db_error(&format!("cannot open {}", path.display()), e))?;
+        let migrated = migrator(Dialect::Sqlite).run(&migrations).await;
+        migrations.close().await;
+        migrated.map_err(|e| db_error("migrating the SQLite database failed", e))?;
+        let owned = path.to_path_buf();
+        let readers = settings.sqlite_readers;
+        let timeout = settings.acquire_timeout;
+        let lite = tokio::task::spawn_blocking(move || Lite::open(&owned, readers, timeout))
+            .await
+            .map_err(|e| db_error(&format!("cannot open {}", path.display()), e))?
+            .map_err(|e| db_error(&format!("cannot open {}", path.display()), e))?;
+        let lite = Arc::new(lite);
         Ok(Db {
             dialect: Dialect::Sqlite,
             pools: Pools::Sqlite {
-                checkpointer: tokio::spawn(wal_checkpoints(readers.clone())),
-                writer,
-                readers,
+                checkpointer: tokio::spawn(wal_checkpoints(lite.clone())),
+                lite,
             },
         })
     }
@@ -750,7 +738,7 @@ impl Db {
     /// Begins a write transaction.
     pub async fn begin(&self) -> DbResult<Tx> {
         Ok(match &self.pools {
-            Pools::Sqlite { writer, .. } => Tx::Sqlite(writer.begin_with("BEGIN IMMEDIATE").await?),
+            Pools::Sqlite { lite, .. } => Tx::Sqlite(lite.begin().await?),
             Pools::Pg(pool) => Tx::Pg(pool.begin().await?),
         })
     }
@@ -758,13 +746,7 @@ impl Db {
     /// Runs a read-only statement outside any transaction.
     pub async fn read_all(&self, sql: Sql) -> DbResult<Vec<Row>> {
         Ok(match &self.pools {
-            Pools::Sqlite { readers, .. } => sql
-                .sqlite()
-                .fetch_all(readers)
-                .await?
-                .into_iter()
-                .map(Row::Sqlite)
-                .collect(),
+            Pools::Sqlite { lite, .. } => lite.read_all(sql)?.into_iter().map(Row::Lite).collect(),
             Pools::Pg(pool) => sql
                 .postgres()?
                 .fetch_all(pool)
@@ -777,9 +759,7 @@ impl Db {
 
     pub async fn read_opt(&self, sql: Sql) -> DbResult<Option<Row>> {
         Ok(match &self.pools {
-            Pools::Sqlite { readers, .. } => {
-                sql.sqlite().fetch_optional(readers).await?.map(Row::Sqlite)
-            }
+            Pools::Sqlite { lite, .. } => lite.read_opt(sql)?.map(Row::Lite),
             Pools::Pg(pool) => sql.postgres()?.fetch_optional(pool).await?.map(Row::Pg),
         })
     }
@@ -787,8 +767,8 @@ impl Db {
     /// Runs one writing statement on its own (autocommit).
     pub async fn write_opt(&self, sql: Sql) -> DbResult<Option<Row>> {
         Ok(match &self.pools {
-            Pools::Sqlite { writer, .. } => {
-                sql.sqlite().fetch_optional(writer).await?.map(Row::Sqlite)
+            Pools::Sqlite { lite, .. } => {
+                lite.write(sql).await?.0.into_iter().next().map(Row::Lite)
             }
             Pools::Pg(pool) => sql.postgres()?.fetch_optional(pool).await?.map(Row::Pg),
         })
@@ -796,7 +776,7 @@ impl Db {
 
     pub async fn write_exec(&self, sql: Sql) -> DbResult<u64> {
         Ok(match &self.pools {
-            Pools::Sqlite { writer, .. } => sql.sqlite().execute(writer).await?.rows_affected(),
+            Pools::Sqlite { lite, .. } => lite.write(sql).await?.1,
             Pools::Pg(pool) => sql.postgres()?.execute(pool).await?.rows_affected(),
         })
     }
@@ -807,14 +787,9 @@ impl Db {
 
     pub async fn close(&self) {
         match &self.pools {
-            Pools::Sqlite {
-                writer,
-                readers,
-                checkpointer,
-            } => {
+            Pools::Sqlite { lite, checkpointer } => {
                 checkpointer.abort();
-                readers.close().await;
-                writer.close().await;
+                lite.close().await;
             }
             Pools::Pg(pool) => pool.close().await,
         }

@@ -1,7 +1,7 @@
 //! The SQL implementation of [`Persistence`], shared by SQLite and Postgres.
 //!
-//! Statements use `$N` placeholders, integer-microsecond timestamps and JSON bound through
-//! `sqlx::types::Json`, so almost all of them run unchanged on both databases; the
+//! Statements use `$N` placeholders, integer-microsecond timestamps and JSON bound as text
+//! (SQLite) or `jsonb` (Postgres), so almost all of them run unchanged on both databases; the
 //! differences (row locks, `SKIP LOCKED`, JSON containment) go through [`Dialect`].
 //!
 //! Concurrency: SQLite serializes every write transaction on one writer connection
@@ -17,6 +17,7 @@ mod checkpoints;
 mod crons;
 pub(crate) mod db;
 mod items;
+mod lite;
 mod runs;
 mod threads;
 
