@@ -744,8 +744,18 @@ impl Db {
 
     /// Begins a write transaction.
     pub async fn begin(&self) -> DbResult<Tx> {
+        self.begin_with(false).await
+    }
+
+    /// Begins a write transaction that someone is waiting on right now (SQLite: it commits
+    /// its group at once instead of waiting for a later member, see [`lite`]).
+    pub async fn begin_urgent(&self) -> DbResult<Tx> {
+        self.begin_with(true).await
+    }
+
+    async fn begin_with(&self, urgent: bool) -> DbResult<Tx> {
         Ok(match &self.pools {
-            Pools::Sqlite { lite, .. } => Tx::Sqlite(lite.begin().await?),
+            Pools::Sqlite { lite, .. } => Tx::Sqlite(lite.begin(urgent).await?),
             Pools::Pg(pool) => Tx::Pg(pool.begin().await?),
         })
     }

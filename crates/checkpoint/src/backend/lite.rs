@@ -177,15 +177,17 @@ impl Lite {
 
     /// Runs one writing statement as a transaction of its own.
     pub async fn write(&self, sql: Sql) -> DbResult<(Vec<LiteRow>, u64)> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(false).await?;
         let out = tx.run(sql)?;
         tx.commit().await?;
         Ok(out)
     }
 
     /// Joins (or opens) the group transaction on the writer, inside a savepoint of its
-    /// own; the transaction holds the writer until commit or drop.
-    pub async fn begin(&self) -> DbResult<LiteTx> {
+    /// own; the transaction holds the writer until commit or drop. An `urgent` transaction
+    /// (someone is waiting on it, such as a client for its run's first event) commits the
+    /// group as soon as it is done instead of handing the writer on.
+    pub async fn begin(&self, urgent: bool) -> DbResult<LiteTx> {
         let mut guard = self.lock_writer().await?;
         let w = &mut *guard;
         let conn = w.conn.as_ref().ok_or_else(closed)?;
@@ -215,6 +217,7 @@ impl Lite {
         Ok(LiteTx {
             guard: Some(guard),
             group: group.id,
+            urgent,
             shared: self.shared.clone(),
             writer: self.writer.clone(),
             acquire_timeout: self.acquire_timeout,
@@ -345,6 +348,7 @@ fn outcome(shared: &Shared, id: u64) -> DbResult<()> {
 pub(crate) struct LiteTx {
     guard: Option<OwnedMutexGuard<Writer>>,
     group: u64,
+    urgent: bool,
     shared: Arc<Shared>,
     writer: Arc<AsyncMutex<Writer>>,
     acquire_timeout: Duration,
@@ -369,11 +373,13 @@ impl LiteTx {
         let Some(mut guard) = self.guard.take() else {
             return Err(closed());
         };
-        let hand_on = guard.open.is_some_and(|g| {
-            g.id == self.group
-                && g.members < GROUP_MAX_MEMBERS
-                && g.opened.elapsed() < GROUP_MAX_OPEN
-        }) && self.shared.waiting.load(Ordering::SeqCst) > 0;
+        let hand_on = !self.urgent
+            && guard.open.is_some_and(|g| {
+                g.id == self.group
+                    && g.members < GROUP_MAX_MEMBERS
+                    && g.opened.elapsed() < GROUP_MAX_OPEN
+            })
+            && self.shared.waiting.load(Ordering::SeqCst) > 0;
         if !hand_on {
             finish_group(&mut guard, &self.shared);
             drop(guard);
@@ -639,10 +645,10 @@ mod tests {
     #[tokio::test]
     async fn a_dropped_transaction_rolls_back_and_frees_the_writer() {
         let (_dir, lite) = db().await;
-        let mut tx = lite.begin().await.unwrap();
+        let mut tx = lite.begin(false).await.unwrap();
         tx.run(insert("gone")).unwrap();
         drop(tx);
-        let mut tx = lite.begin().await.unwrap();
+        let mut tx = lite.begin(false).await.unwrap();
         tx.run(insert("kept")).unwrap();
         tx.commit().await.unwrap();
         let rows = lite
@@ -664,7 +670,7 @@ mod tests {
         assert!(lite.is_closed());
         assert!(lite.read_all(Sql::new("SELECT 1")).is_err());
         assert!(lite.write(insert("b")).await.is_err());
-        assert!(lite.begin().await.is_err());
+        assert!(lite.begin(false).await.is_err());
     }
 
     fn count(lite: &Lite, k: &str) -> i64 {
@@ -712,12 +718,12 @@ mod tests {
         let (_dir, lite) = db().await;
         let lite = Arc::new(lite);
         lite.write(insert("dup")).await.unwrap();
-        let mut a = lite.begin().await.unwrap();
+        let mut a = lite.begin(false).await.unwrap();
         a.run(insert("a")).unwrap();
         let b = {
             let lite = lite.clone();
             tokio::spawn(async move {
-                let mut tx = lite.begin().await?;
+                let mut tx = lite.begin(false).await?;
                 tx.run(insert("b"))?;
                 tx.run(insert("dup"))?;
                 tx.commit().await
@@ -738,7 +744,7 @@ mod tests {
     async fn a_member_commits_the_group_itself_when_its_committer_vanishes() {
         let (_dir, lite) = db().await;
         let lite = Arc::new(lite);
-        let mut a = lite.begin().await.unwrap();
+        let mut a = lite.begin(false).await.unwrap();
         a.run(insert("a")).unwrap();
         let b = {
             let lite = lite.clone();
@@ -760,5 +766,31 @@ mod tests {
         // The writer is free and no group is left open.
         lite.write(insert("c")).await.unwrap();
         assert_eq!(count(&lite, "c"), 1);
+    }
+
+    #[tokio::test]
+    async fn an_urgent_transaction_commits_without_waiting_for_queued_writes() {
+        let (_dir, lite) = db().await;
+        let lite = Arc::new(lite);
+        let mut a = lite.begin(true).await.unwrap();
+        a.run(insert("a")).unwrap();
+        let b = {
+            let lite = lite.clone();
+            tokio::spawn(async move { lite.write(insert("b")).await })
+        };
+        while lite.shared.waiting.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        let commit = a.commit();
+        tokio::pin!(commit);
+        // Committed at once, with `b` still queued (it has not run since).
+        assert!(matches!(
+            futures::poll!(&mut commit),
+            std::task::Poll::Ready(Ok(()))
+        ));
+        assert_eq!(count(&lite, "a"), 1);
+        assert_eq!(count(&lite, "b"), 0);
+        b.await.unwrap().unwrap();
+        assert_eq!(count(&lite, "b"), 1);
     }
 }
