@@ -55,6 +55,9 @@ pub(crate) enum DbErr {
     Sql(sqlx::Error),
     /// SQLite (through rusqlite).
     Lite(rusqlite::Error),
+    /// The SQLite group transaction this write was part of failed to commit (see
+    /// [`lite`]); the write did not happen and may be retried.
+    GroupFailed(String),
 }
 
 pub(crate) type DbResult<T> = std::result::Result<T, DbErr>;
@@ -94,7 +97,7 @@ impl DbErr {
                 .as_database_error()
                 .is_some_and(|d| d.is_unique_violation()),
             DbErr::Lite(e) => lite::is_unique_violation(e),
-            DbErr::Store(_) => false,
+            DbErr::Store(_) | DbErr::GroupFailed(_) => false,
         }
     }
 
@@ -104,6 +107,7 @@ impl DbErr {
         let e = match self {
             DbErr::Sql(e) => e,
             DbErr::Lite(e) => return lite::is_transient(e),
+            DbErr::GroupFailed(_) => return true,
             DbErr::Store(_) => return false,
         };
         match e {
@@ -142,6 +146,9 @@ impl DbErr {
                 StoreError::Invalid(format!("the database cannot store this value: {e}"))
             }
             DbErr::Lite(e) => StoreError::Database(e.to_string()),
+            DbErr::GroupFailed(msg) => {
+                StoreError::Database(format!("the write could not be committed: {msg}"))
+            }
         }
     }
 }
@@ -516,7 +523,7 @@ impl Tx {
 
     pub async fn commit(self) -> DbResult<()> {
         match self {
-            Tx::Sqlite(tx) => tx.commit()?,
+            Tx::Sqlite(tx) => tx.commit().await?,
             Tx::Pg(tx) => tx.commit().await?,
         }
         Ok(())
@@ -737,8 +744,18 @@ impl Db {
 
     /// Begins a write transaction.
     pub async fn begin(&self) -> DbResult<Tx> {
+        self.begin_with(false).await
+    }
+
+    /// Begins a write transaction that someone is waiting on right now (SQLite: it commits
+    /// its group at once instead of waiting for a later member, see [`lite`]).
+    pub async fn begin_urgent(&self) -> DbResult<Tx> {
+        self.begin_with(true).await
+    }
+
+    async fn begin_with(&self, urgent: bool) -> DbResult<Tx> {
         Ok(match &self.pools {
-            Pools::Sqlite { lite, .. } => Tx::Sqlite(lite.begin().await?),
+            Pools::Sqlite { lite, .. } => Tx::Sqlite(lite.begin(urgent).await?),
             Pools::Pg(pool) => Tx::Pg(pool.begin().await?),
         })
     }

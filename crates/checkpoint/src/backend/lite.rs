@@ -8,20 +8,41 @@
 //! instead of blocking its thread; reads take any free connection of a small set.
 //! The only work that may touch the disk synchronously, the periodic WAL checkpoint, runs
 //! on a blocking thread.
+//!
+//! **Group commit.** A commit writes every page the transaction touched to the WAL, which
+//! is most of a small write's cost. When other writes are already queued for the writer, a
+//! finishing transaction does not commit on its own: it releases its savepoint inside the
+//! open group transaction, hands the writer on, and waits until the group is committed by
+//! the last member (the one that finds nobody waiting, or the group full). Its caller only
+//! hears "committed" once the group's `COMMIT` has succeeded, so nothing acknowledged can be
+//! lost; if the group fails, every member gets a transient error and its operation is
+//! retried. Each member runs inside its own savepoint, so one member's failure rolls back
+//! only its own changes. A member whose committer vanished (a waiting task dropped) commits
+//! the group itself after a short wait.
 
 use super::db::{Arg, DbErr, DbResult, Sql};
 use rusqlite::types::{Value as LiteValue, ValueRef};
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 use serde_json::Value;
+use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
-use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
+use std::time::{Duration, Instant};
+use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard, watch};
 
 /// Extended result codes of unique and primary-key constraint violations.
 const SQLITE_CONSTRAINT_PRIMARYKEY: i32 = 1555;
 const SQLITE_CONSTRAINT_UNIQUE: i32 = 2067;
+
+/// A group commits once it holds this many transactions or has been open this long, even
+/// with writes still queued (bounds the wait of its first members).
+const GROUP_MAX_MEMBERS: u32 = 32;
+const GROUP_MAX_OPEN: Duration = Duration::from_millis(2);
+/// A member that handed the writer on commits the group itself if nobody has after this.
+const GROUP_FALLBACK: Duration = Duration::from_millis(20);
+/// Failed groups remembered for their waiting members.
+const FAILURES_KEPT: usize = 64;
 
 /// What an operation on a closed database answers.
 fn closed() -> DbErr {
@@ -51,10 +72,51 @@ pub(crate) fn connect(path: &Path) -> rusqlite::Result<Connection> {
     Ok(conn)
 }
 
+/// The writer connection and the group transaction open on it.
+pub(crate) struct Writer {
+    /// `None` once closed.
+    conn: Option<Connection>,
+    open: Option<Group>,
+    next_group: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Group {
+    id: u64,
+    members: u32,
+    opened: Instant,
+}
+
+/// What members of a group share outside the writer's lock.
+struct Shared {
+    /// Tasks queued for the writer (a finishing member hands over only when this is > 0).
+    waiting: AtomicUsize,
+    /// The highest group id that has finished (committed or failed).
+    finished: watch::Sender<u64>,
+    /// Recently failed groups and why.
+    failures: Mutex<VecDeque<(u64, String)>>,
+}
+
+/// Counts a task as waiting for the writer until dropped.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn new(n: &'a AtomicUsize) -> Waiting<'a> {
+        n.fetch_add(1, Ordering::SeqCst);
+        Waiting(n)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// The connections of one SQLite database.
 pub(crate) struct Lite {
-    /// The single writer. `None` once closed.
-    writer: Arc<AsyncMutex<Option<Connection>>>,
+    writer: Arc<AsyncMutex<Writer>>,
+    shared: Arc<Shared>,
     /// Read connections; a read takes the first free one.
     readers: Arc<[Mutex<Option<Connection>>]>,
     next_reader: AtomicUsize,
@@ -69,7 +131,16 @@ impl Lite {
             .map(|_| connect(path).map(|c| Mutex::new(Some(c))))
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(Lite {
-            writer: Arc::new(AsyncMutex::new(Some(writer))),
+            writer: Arc::new(AsyncMutex::new(Writer {
+                conn: Some(writer),
+                open: None,
+                next_group: 1,
+            })),
+            shared: Arc::new(Shared {
+                waiting: AtomicUsize::new(0),
+                finished: watch::channel(0).0,
+                failures: Mutex::new(VecDeque::new()),
+            }),
             readers: readers.into(),
             next_reader: AtomicUsize::new(0),
             acquire_timeout,
@@ -100,33 +171,57 @@ impl Lite {
         self.with_reader(|conn| Ok(run(conn, &sql)?.0.into_iter().next()))
     }
 
-    async fn lock_writer(&self) -> DbResult<OwnedMutexGuard<Option<Connection>>> {
-        let guard = tokio::time::timeout(self.acquire_timeout, self.writer.clone().lock_owned())
-            .await
-            .map_err(|_| {
-                DbErr::Store(crate::StoreError::Database(
-                    "timed out waiting for the database writer".to_string(),
-                ))
-            })?;
-        if guard.is_none() {
-            return Err(closed());
-        }
-        Ok(guard)
+    async fn lock_writer(&self) -> DbResult<OwnedMutexGuard<Writer>> {
+        lock_writer(&self.writer, &self.shared, self.acquire_timeout).await
     }
 
-    /// Runs one writing statement on its own (autocommit).
+    /// Runs one writing statement as a transaction of its own.
     pub async fn write(&self, sql: Sql) -> DbResult<(Vec<LiteRow>, u64)> {
-        let guard = self.lock_writer().await?;
-        let conn = guard.as_ref().ok_or_else(closed)?;
-        run(conn, &sql)
+        let mut tx = self.begin(false).await?;
+        let out = tx.run(sql)?;
+        tx.commit().await?;
+        Ok(out)
     }
 
-    /// `BEGIN IMMEDIATE` on the writer; the transaction holds it until commit or drop.
-    pub async fn begin(&self) -> DbResult<LiteTx> {
-        let guard = self.lock_writer().await?;
-        let conn = guard.as_ref().ok_or_else(closed)?;
-        conn.execute_batch("BEGIN IMMEDIATE").map_err(DbErr::Lite)?;
-        Ok(LiteTx { conn: guard })
+    /// Joins (or opens) the group transaction on the writer, inside a savepoint of its
+    /// own; the transaction holds the writer until commit or drop. An `urgent` transaction
+    /// (someone is waiting on it, such as a client for its run's first event) commits the
+    /// group as soon as it is done instead of handing the writer on.
+    pub async fn begin(&self, urgent: bool) -> DbResult<LiteTx> {
+        let mut guard = self.lock_writer().await?;
+        let w = &mut *guard;
+        let conn = w.conn.as_ref().ok_or_else(closed)?;
+        let group = match w.open {
+            Some(g) => g,
+            None => {
+                cached(conn, "BEGIN IMMEDIATE")?;
+                let g = Group {
+                    id: w.next_group,
+                    members: 0,
+                    opened: Instant::now(),
+                };
+                w.next_group += 1;
+                w.open = Some(g);
+                g
+            }
+        };
+        if let Err(e) = cached(conn, "SAVEPOINT member") {
+            if group.members == 0 {
+                finish_group(w, &self.shared);
+            }
+            return Err(e);
+        }
+        if let Some(g) = w.open.as_mut() {
+            g.members += 1;
+        }
+        Ok(LiteTx {
+            guard: Some(guard),
+            group: group.id,
+            urgent,
+            shared: self.shared.clone(),
+            writer: self.writer.clone(),
+            acquire_timeout: self.acquire_timeout,
+        })
     }
 
     /// A passive WAL checkpoint on a read connection, on a blocking thread (it syncs the
@@ -164,37 +259,169 @@ impl Lite {
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
             guard.take();
         }
-        self.writer.lock().await.take();
+        let mut w = self.writer.lock().await;
+        finish_group(&mut w, &self.shared);
+        w.conn.take();
     }
 }
 
-/// A write transaction: owns the writer until committed; dropped uncommitted, it rolls
-/// back.
+async fn lock_writer(
+    writer: &Arc<AsyncMutex<Writer>>,
+    shared: &Shared,
+    acquire_timeout: Duration,
+) -> DbResult<OwnedMutexGuard<Writer>> {
+    let waiting = Waiting::new(&shared.waiting);
+    let guard = tokio::time::timeout(acquire_timeout, writer.clone().lock_owned())
+        .await
+        .map_err(|_| {
+            DbErr::Store(crate::StoreError::Database(
+                "timed out waiting for the database writer".to_string(),
+            ))
+        })?;
+    drop(waiting);
+    if guard.conn.is_none() {
+        return Err(closed());
+    }
+    Ok(guard)
+}
+
+/// Runs a statement without parameters through the statement cache.
+fn cached(conn: &Connection, sql: &str) -> DbResult<()> {
+    conn.prepare_cached(sql)
+        .and_then(|mut stmt| stmt.raw_execute())
+        .map(|_| ())
+        .map_err(DbErr::Lite)
+}
+
+/// Commits the open group (if any) and tells its waiting members how it went.
+fn finish_group(w: &mut Writer, shared: &Shared) {
+    let Some(group) = w.open.take() else {
+        return;
+    };
+    let failure = match w.conn.as_ref() {
+        None => Some("the database was closed".to_string()),
+        Some(conn) if conn.is_autocommit() => {
+            Some("the group transaction was rolled back by the database".to_string())
+        }
+        Some(conn) => match cached(conn, "COMMIT") {
+            Ok(()) => None,
+            Err(e) => {
+                let msg = match &e {
+                    DbErr::Lite(e) => e.to_string(),
+                    _ => "commit failed".to_string(),
+                };
+                if !conn.is_autocommit() {
+                    let _ = conn.execute_batch("ROLLBACK");
+                }
+                Some(msg)
+            }
+        },
+    };
+    if let Some(msg) = failure {
+        tracing::warn!(group = group.id, error = %msg, "an SQLite group commit failed");
+        let mut failures = shared
+            .failures
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if failures.len() >= FAILURES_KEPT {
+            failures.pop_front();
+        }
+        failures.push_back((group.id, msg));
+    }
+    shared.finished.send_replace(group.id);
+}
+
+/// How group `id` ended, once it has.
+fn outcome(shared: &Shared, id: u64) -> DbResult<()> {
+    let failures = shared
+        .failures
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    match failures.iter().find(|(g, _)| *g == id) {
+        Some((_, msg)) => Err(DbErr::GroupFailed(msg.clone())),
+        None => Ok(()),
+    }
+}
+
+/// A write transaction (a member of the open group): owns the writer until committed;
+/// dropped uncommitted, it rolls back its own changes.
 pub(crate) struct LiteTx {
-    conn: OwnedMutexGuard<Option<Connection>>,
+    guard: Option<OwnedMutexGuard<Writer>>,
+    group: u64,
+    urgent: bool,
+    shared: Arc<Shared>,
+    writer: Arc<AsyncMutex<Writer>>,
+    acquire_timeout: Duration,
 }
 
 impl LiteTx {
     fn conn(&self) -> DbResult<&Connection> {
-        self.conn.as_ref().ok_or_else(closed)
+        self.guard
+            .as_ref()
+            .and_then(|g| g.conn.as_ref())
+            .ok_or_else(closed)
     }
 
     pub fn run(&mut self, sql: Sql) -> DbResult<(Vec<LiteRow>, u64)> {
         run(self.conn()?, &sql)
     }
 
-    pub fn commit(self) -> DbResult<()> {
-        self.conn()?.execute_batch("COMMIT").map_err(DbErr::Lite)
+    /// Releases this member's savepoint, then either commits the group (nobody waiting,
+    /// or the group full) or hands the writer on and waits for the group's commit.
+    pub async fn commit(mut self) -> DbResult<()> {
+        cached(self.conn()?, "RELEASE member")?;
+        let Some(mut guard) = self.guard.take() else {
+            return Err(closed());
+        };
+        let hand_on = !self.urgent
+            && guard.open.is_some_and(|g| {
+                g.id == self.group
+                    && g.members < GROUP_MAX_MEMBERS
+                    && g.opened.elapsed() < GROUP_MAX_OPEN
+            })
+            && self.shared.waiting.load(Ordering::SeqCst) > 0;
+        if !hand_on {
+            finish_group(&mut guard, &self.shared);
+            drop(guard);
+            return outcome(&self.shared, self.group);
+        }
+        drop(guard);
+        let mut finished = self.shared.finished.subscribe();
+        let committed = matches!(
+            tokio::time::timeout(
+                GROUP_FALLBACK,
+                finished.wait_for(|done| *done >= self.group),
+            )
+            .await,
+            Ok(Ok(_))
+        );
+        if !committed {
+            // Nobody committed the group in time (its would-be committer went away):
+            // commit it here.
+            let mut guard = lock_writer(&self.writer, &self.shared, self.acquire_timeout).await?;
+            if guard.open.is_some_and(|g| g.id == self.group) {
+                finish_group(&mut guard, &self.shared);
+            }
+        }
+        outcome(&self.shared, self.group)
     }
 }
 
 impl Drop for LiteTx {
     fn drop(&mut self) {
-        if let Some(conn) = self.conn.as_ref()
+        let Some(mut guard) = self.guard.take() else {
+            return;
+        };
+        if let Some(conn) = guard.conn.as_ref()
             && !conn.is_autocommit()
-            && let Err(e) = conn.execute_batch("ROLLBACK")
+            && let Err(e) = conn.execute_batch("ROLLBACK TO member; RELEASE member")
         {
             tracing::warn!(error = %e, "rolling back an abandoned SQLite transaction failed");
+        }
+        // Whatever other members left in the group must not wait for a committer that
+        // will not come.
+        if self.shared.waiting.load(Ordering::SeqCst) == 0 {
+            finish_group(&mut guard, &self.shared);
         }
     }
 }
@@ -418,12 +645,12 @@ mod tests {
     #[tokio::test]
     async fn a_dropped_transaction_rolls_back_and_frees_the_writer() {
         let (_dir, lite) = db().await;
-        let mut tx = lite.begin().await.unwrap();
+        let mut tx = lite.begin(false).await.unwrap();
         tx.run(insert("gone")).unwrap();
         drop(tx);
-        let mut tx = lite.begin().await.unwrap();
+        let mut tx = lite.begin(false).await.unwrap();
         tx.run(insert("kept")).unwrap();
-        tx.commit().unwrap();
+        tx.commit().await.unwrap();
         let rows = lite
             .read_all(Sql::new("SELECT k FROM t ORDER BY k"))
             .unwrap();
@@ -443,6 +670,127 @@ mod tests {
         assert!(lite.is_closed());
         assert!(lite.read_all(Sql::new("SELECT 1")).is_err());
         assert!(lite.write(insert("b")).await.is_err());
-        assert!(lite.begin().await.is_err());
+        assert!(lite.begin(false).await.is_err());
+    }
+
+    fn count(lite: &Lite, k: &str) -> i64 {
+        lite.read_opt(Sql::new("SELECT COUNT(*) AS n FROM t WHERE k = $1").bind(k))
+            .unwrap()
+            .unwrap()
+            .opt_int("n")
+            .unwrap()
+            .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_writes_share_commits_and_are_visible_once_acknowledged() {
+        let (_dir, lite) = db().await;
+        let lite = Arc::new(lite);
+        let before = *lite.shared.finished.borrow();
+        let mut tasks = Vec::new();
+        for t in 0..32 {
+            let lite = lite.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0..10 {
+                    let k = format!("{t}-{i}");
+                    lite.write(insert(&k)).await.unwrap();
+                    // Acknowledged means committed: another connection sees it.
+                    assert_eq!(count(&lite, &k), 1, "{k} not visible after its commit");
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let all = lite
+            .read_opt(Sql::new("SELECT COUNT(*) AS n FROM t"))
+            .unwrap();
+        assert_eq!(all.unwrap().opt_int("n").unwrap(), Some(320));
+        let groups = *lite.shared.finished.borrow() - before;
+        assert!(
+            groups < 320,
+            "320 writes took {groups} commits: none were grouped"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failing_member_rolls_back_only_its_own_changes() {
+        let (_dir, lite) = db().await;
+        let lite = Arc::new(lite);
+        lite.write(insert("dup")).await.unwrap();
+        let mut a = lite.begin(false).await.unwrap();
+        a.run(insert("a")).unwrap();
+        let b = {
+            let lite = lite.clone();
+            tokio::spawn(async move {
+                let mut tx = lite.begin(false).await?;
+                tx.run(insert("b"))?;
+                tx.run(insert("dup"))?;
+                tx.commit().await
+            })
+        };
+        while lite.shared.waiting.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        // `a` hands the writer to `b` (same group), `b` fails and rolls back its own
+        // savepoint, and the group with `a`'s row commits.
+        a.commit().await.unwrap();
+        assert!(matches!(b.await.unwrap(), Err(DbErr::Lite(ref e)) if is_unique_violation(e)));
+        assert_eq!(count(&lite, "a"), 1);
+        assert_eq!(count(&lite, "b"), 0);
+    }
+
+    #[tokio::test]
+    async fn a_member_commits_the_group_itself_when_its_committer_vanishes() {
+        let (_dir, lite) = db().await;
+        let lite = Arc::new(lite);
+        let mut a = lite.begin(false).await.unwrap();
+        a.run(insert("a")).unwrap();
+        let b = {
+            let lite = lite.clone();
+            tokio::spawn(async move { lite.write(insert("b")).await })
+        };
+        while lite.shared.waiting.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        let commit = a.commit();
+        tokio::pin!(commit);
+        // `a` sees `b` waiting, hands the writer on and waits for the group's commit…
+        assert!(futures::poll!(&mut commit).is_pending());
+        // …but `b` is gone before it ever runs.
+        b.abort();
+        assert!(matches!(b.await, Err(e) if e.is_cancelled()));
+        commit.await.unwrap();
+        assert_eq!(count(&lite, "a"), 1);
+        assert_eq!(count(&lite, "b"), 0);
+        // The writer is free and no group is left open.
+        lite.write(insert("c")).await.unwrap();
+        assert_eq!(count(&lite, "c"), 1);
+    }
+
+    #[tokio::test]
+    async fn an_urgent_transaction_commits_without_waiting_for_queued_writes() {
+        let (_dir, lite) = db().await;
+        let lite = Arc::new(lite);
+        let mut a = lite.begin(true).await.unwrap();
+        a.run(insert("a")).unwrap();
+        let b = {
+            let lite = lite.clone();
+            tokio::spawn(async move { lite.write(insert("b")).await })
+        };
+        while lite.shared.waiting.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        let commit = a.commit();
+        tokio::pin!(commit);
+        // Committed at once, with `b` still queued (it has not run since).
+        assert!(matches!(
+            futures::poll!(&mut commit),
+            std::task::Poll::Ready(Ok(()))
+        ));
+        assert_eq!(count(&lite, "a"), 1);
+        assert_eq!(count(&lite, "b"), 0);
+        b.await.unwrap().unwrap();
+        assert_eq!(count(&lite, "b"), 1);
     }
 }

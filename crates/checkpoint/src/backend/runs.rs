@@ -136,7 +136,8 @@ impl SqlStore {
             )));
         }
         let now = ids::now();
-        let mut tx = self.db.begin().await?;
+        // Urgent: the client's first event (and its response) waits on this commit.
+        let mut tx = self.db.begin_urgent().await?;
         // Mark the thread busy (creating it if asked): this also takes its row lock, so
         // the in-flight runs read next are the committed ones.
         let thread = match &run.create_thread_if_missing {
