@@ -85,6 +85,26 @@ struct Server {
     url: String,
     pid: u32,
     _home: tempfile_dir::TempDir,
+    /// The Postgres schema this server created (dropped by [`stop_server`]).
+    pg_schema: Option<(String, String)>,
+}
+
+/// Stops the server and drops the Postgres schema it used, so repeated runs leave nothing
+/// behind in the database.
+async fn stop_server(server: Server) -> Result<()> {
+    let schema = server.pg_schema.clone();
+    drop(server);
+    if let Some((url, schema)) = schema {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&url).await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+        )))
+        .execute(&mut conn)
+        .await?;
+        conn.close().await?;
+    }
+    Ok(())
 }
 
 mod tempfile_dir {
@@ -106,11 +126,16 @@ mod tempfile_dir {
 
 async fn start_server(mock_url: &str, postgres: Option<&str>) -> Result<Server> {
     let home = tempfile_dir::TempDir::new()?;
-    let db = match postgres {
-        Some(url) => format!(
-            "database:\n  backend: postgres\n  url: {url}\n  postgres_schema: bench_{}\n",
-            uuid::Uuid::new_v4().simple()
-        ),
+    let pg_schema = postgres.map(|url| {
+        (
+            url.to_string(),
+            format!("bench_{}", uuid::Uuid::new_v4().simple()),
+        )
+    });
+    let db = match &pg_schema {
+        Some((url, schema)) => {
+            format!("database:\n  backend: postgres\n  url: {url}\n  postgres_schema: {schema}\n")
+        }
         None => String::new(),
     };
     let config = format!(
@@ -137,6 +162,7 @@ async fn start_server(mock_url: &str, postgres: Option<&str>) -> Result<Server> 
         url: format!("http://127.0.0.1:{port}"),
         pid,
         _home: home,
+        pg_schema,
     };
     let client = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -370,11 +396,11 @@ async fn bench_backend(name: &str, mock_url: &str, pg: Option<&str>, quick: bool
             load(&server, mode, *c, *n).await?;
         }
     }
-    drop(server);
+    stop_server(server).await?;
     let server = start_server(mock_url, pg).await?;
     let rss = threads_rss(&server, 10_000).await?;
     println!("  RSS after 10,000 threads {rss:.1} MB");
-    drop(server);
+    stop_server(server).await?;
     Ok(())
 }
 
