@@ -615,7 +615,7 @@ fn db_error(context: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::Database(format!("{context}: {e}"))
 }
 
-/// Copies the WAL back into the database every 250 ms from a read connection
+/// Copies the WAL back into the database every 250 ms from a connection of its own
 /// (`PASSIVE`: it never waits for, nor blocks, the writer). A checkpoint syncs the database
 /// file; run by the writer on commit (SQLite's default) that sync stalls every write
 /// queued behind it whenever the disk is slow.

@@ -120,6 +120,9 @@ pub(crate) struct Lite {
     /// Read connections; a read takes the first free one.
     readers: Arc<[Mutex<Option<Connection>>]>,
     next_reader: AtomicUsize,
+    /// The connection of the background WAL checkpoints (which may wait for the disk, so
+    /// they never hold a connection that reads need).
+    checkpointer: Arc<Mutex<Option<Connection>>>,
     /// How long a write waits for the writer.
     acquire_timeout: Duration,
 }
@@ -127,6 +130,7 @@ pub(crate) struct Lite {
 impl Lite {
     pub fn open(path: &Path, readers: u32, acquire_timeout: Duration) -> rusqlite::Result<Lite> {
         let writer = connect(path)?;
+        let checkpointer = connect(path)?;
         let readers = (0..readers.max(1))
             .map(|_| connect(path).map(|c| Mutex::new(Some(c))))
             .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -143,6 +147,7 @@ impl Lite {
             }),
             readers: readers.into(),
             next_reader: AtomicUsize::new(0),
+            checkpointer: Arc::new(Mutex::new(Some(checkpointer))),
             acquire_timeout,
         })
     }
@@ -224,12 +229,12 @@ impl Lite {
         })
     }
 
-    /// A passive WAL checkpoint on a read connection, on a blocking thread (it syncs the
+    /// A passive WAL checkpoint on its own connection, on a blocking thread (it syncs the
     /// database file).
     pub async fn wal_checkpoint(&self) {
-        let readers = self.readers.clone();
+        let checkpointer = self.checkpointer.clone();
         let done = tokio::task::spawn_blocking(move || {
-            let guard = readers[0]
+            let guard = checkpointer
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
             match guard.as_ref() {
@@ -253,7 +258,11 @@ impl Lite {
 
     /// Closes every connection; later operations fail with "the database is closed".
     pub async fn close(&self) {
-        for reader in self.readers.iter() {
+        for reader in self
+            .readers
+            .iter()
+            .chain(std::iter::once(&*self.checkpointer))
+        {
             let mut guard = reader
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -666,8 +675,12 @@ mod tests {
             Err(DbErr::Lite(e)) => assert!(is_unique_violation(&e)),
             other => panic!("expected a unique violation, got {:?}", other.map(|r| r.1)),
         }
+        // A background checkpoint while reads go on, then close.
+        lite.wal_checkpoint().await;
+        assert_eq!(count(&lite, "a"), 1);
         lite.close().await;
         assert!(lite.is_closed());
+        lite.wal_checkpoint().await;
         assert!(lite.read_all(Sql::new("SELECT 1")).is_err());
         assert!(lite.write(insert("b")).await.is_err());
         assert!(lite.begin(false).await.is_err());
