@@ -195,6 +195,11 @@ impl Lite {
     pub async fn begin(&self, urgent: bool) -> DbResult<LiteTx> {
         let mut guard = self.lock_writer().await?;
         let w = &mut *guard;
+        if w.open.is_some() && w.conn.as_ref().is_some_and(Connection::is_autocommit) {
+            // SQLite rolled the group's transaction back on an error (disk full, I/O):
+            // fail that group's members and start afresh.
+            finish_group(w, &self.shared);
+        }
         let conn = w.conn.as_ref().ok_or_else(closed)?;
         let group = match w.open {
             Some(g) => g,
@@ -804,6 +809,29 @@ mod tests {
         assert_eq!(count(&lite, "a"), 1);
         assert_eq!(count(&lite, "b"), 0);
         b.await.unwrap().unwrap();
+        assert_eq!(count(&lite, "b"), 1);
+    }
+
+    #[tokio::test]
+    async fn a_group_the_database_rolled_back_is_not_joined() {
+        let (_dir, lite) = db().await;
+        let lite = Arc::new(lite);
+        let mut a = lite.begin(false).await.unwrap();
+        a.run(insert("a")).unwrap();
+        // What SQLite does on some errors (disk full, I/O): the transaction is gone.
+        a.run(Sql::new("ROLLBACK")).unwrap();
+        let b = {
+            let lite = lite.clone();
+            tokio::spawn(async move { lite.write(insert("b")).await })
+        };
+        while lite.shared.waiting.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert!(a.commit().await.is_err());
+        // `b` starts a new group instead of writing outside any transaction and then
+        // being told its (long gone) group failed.
+        b.await.unwrap().unwrap();
+        assert_eq!(count(&lite, "a"), 0);
         assert_eq!(count(&lite, "b"), 1);
     }
 }
