@@ -357,22 +357,26 @@ async fn resumable_join_and_replay(db: Db) {
     app.stop().await;
 }
 
+/// Starts a run on the slow scripted answer and waits until it is running *and* has sent
+/// its own model request: the mock's script is one queue for every request, so a run
+/// stopped before it asked the model would leave the slow answer to whichever run asks
+/// next. (Waiting for "any request so far" let a second case in the same test go on too
+/// early.)
 async fn start_slow_run(app: &TestApp, tid: &str, extra: Value) -> String {
+    let requests_before = app.mock.request_count();
     let mut body = json!({"assistant_id": "lead_agent", "input": user_input("slow")});
     if let (Value::Object(b), Value::Object(e)) = (&mut body, extra) {
         b.extend(e);
     }
     let (s, run) = app.post_json(&format!("/threads/{tid}/runs"), body).await;
     assert_eq!(s, 200, "{run}");
-    run["run_id"].as_str().unwrap().to_string()
-}
-
-async fn wait_running(app: &TestApp, tid: &str, rid: &str) {
+    let rid = run["run_id"].as_str().unwrap().to_string();
     app.eventually("run is running and streaming", || async {
         let (_, r) = app.get_json(&format!("/threads/{tid}/runs/{rid}")).await;
-        r["status"] == "running" && app.mock.request_count() > 0
+        r["status"] == "running" && app.mock.request_count() > requests_before
     })
     .await;
+    rid
 }
 
 async fn multitask_reject_and_enqueue(db: Db) {
@@ -382,7 +386,6 @@ async fn multitask_reject_and_enqueue(db: Db) {
     let tid = app.create_thread().await;
     app.mock.push(slow_text(10, 50));
     let a = start_slow_run(&app, &tid, json!({})).await;
-    wait_running(&app, &tid, &a).await;
     let (s, v) = app
         .post_json(
             &format!("/threads/{tid}/runs"),
@@ -424,7 +427,6 @@ async fn multitask_interrupt_and_rollback(db: Db) {
     let tid = app.create_thread().await;
     app.mock.push(slow_text(40, 50));
     let a = start_slow_run(&app, &tid, json!({})).await;
-    wait_running(&app, &tid, &a).await;
     let (s, b) = app
         .post_json(
             &format!("/threads/{tid}/runs"),
@@ -454,7 +456,6 @@ async fn multitask_interrupt_and_rollback(db: Db) {
     let tid = app.create_thread().await;
     app.mock.push(slow_text(40, 50));
     let a = start_slow_run(&app, &tid, json!({})).await;
-    wait_running(&app, &tid, &a).await;
     let (s, b) = app
         .post_json(
             &format!("/threads/{tid}/runs"),
@@ -495,7 +496,6 @@ async fn cancel_interrupt_and_rollback(db: Db) {
     let tid = app.create_thread().await;
     app.mock.push(slow_text(200, 20));
     let a = start_slow_run(&app, &tid, json!({})).await;
-    wait_running(&app, &tid, &a).await;
     app.mock
         .wait_until(T, |m| m.chat_requests().len() == 1)
         .await;
@@ -536,7 +536,6 @@ async fn cancel_interrupt_and_rollback(db: Db) {
         .len();
     app.mock.push(slow_text(200, 20));
     let b = start_slow_run(&app, &tid, json!({})).await;
-    wait_running(&app, &tid, &b).await;
     let r = app
         .client
         .post(app.u(&format!(
@@ -571,7 +570,6 @@ async fn cancel_interrupt_and_rollback(db: Db) {
     assert_eq!(s, 404);
     app.mock.push(slow_text(200, 20));
     let c = start_slow_run(&app, &tid, json!({})).await;
-    wait_running(&app, &tid, &c).await;
     let r = app
         .post(
             "/runs/cancel?action=interrupt",
