@@ -691,6 +691,23 @@ mod tests {
         assert!(lite.begin(false).await.is_err());
     }
 
+    /// Spawns `op` on its own handle to the database and returns once it is queued for
+    /// the writer (which the caller holds).
+    async fn spawn_queued<F, T>(
+        lite: &Arc<Lite>,
+        op: impl FnOnce(Arc<Lite>) -> F,
+    ) -> tokio::task::JoinHandle<T>
+    where
+        F: std::future::Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let handle = tokio::spawn(op(lite.clone()));
+        while lite.shared.waiting.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        handle
+    }
+
     fn count(lite: &Lite, k: &str) -> i64 {
         lite.read_opt(Sql::new("SELECT COUNT(*) AS n FROM t WHERE k = $1").bind(k))
             .unwrap()
@@ -738,18 +755,13 @@ mod tests {
         lite.write(insert("dup")).await.unwrap();
         let mut a = lite.begin(false).await.unwrap();
         a.run(insert("a")).unwrap();
-        let b = {
-            let lite = lite.clone();
-            tokio::spawn(async move {
-                let mut tx = lite.begin(false).await?;
-                tx.run(insert("b"))?;
-                tx.run(insert("dup"))?;
-                tx.commit().await
-            })
-        };
-        while lite.shared.waiting.load(Ordering::SeqCst) == 0 {
-            tokio::task::yield_now().await;
-        }
+        let b = spawn_queued(&lite, |lite| async move {
+            let mut tx = lite.begin(false).await?;
+            tx.run(insert("b"))?;
+            tx.run(insert("dup"))?;
+            tx.commit().await
+        })
+        .await;
         // `a` hands the writer to `b` (same group), `b` fails and rolls back its own
         // savepoint, and the group with `a`'s row commits.
         a.commit().await.unwrap();
@@ -764,13 +776,7 @@ mod tests {
         let lite = Arc::new(lite);
         let mut a = lite.begin(false).await.unwrap();
         a.run(insert("a")).unwrap();
-        let b = {
-            let lite = lite.clone();
-            tokio::spawn(async move { lite.write(insert("b")).await })
-        };
-        while lite.shared.waiting.load(Ordering::SeqCst) == 0 {
-            tokio::task::yield_now().await;
-        }
+        let b = spawn_queued(&lite, |lite| async move { lite.write(insert("b")).await }).await;
         let commit = a.commit();
         tokio::pin!(commit);
         // `a` sees `b` waiting, hands the writer on and waits for the group's commit…
@@ -792,13 +798,7 @@ mod tests {
         let lite = Arc::new(lite);
         let mut a = lite.begin(true).await.unwrap();
         a.run(insert("a")).unwrap();
-        let b = {
-            let lite = lite.clone();
-            tokio::spawn(async move { lite.write(insert("b")).await })
-        };
-        while lite.shared.waiting.load(Ordering::SeqCst) == 0 {
-            tokio::task::yield_now().await;
-        }
+        let b = spawn_queued(&lite, |lite| async move { lite.write(insert("b")).await }).await;
         let commit = a.commit();
         tokio::pin!(commit);
         // Committed at once, with `b` still queued (it has not run since).
@@ -820,13 +820,7 @@ mod tests {
         a.run(insert("a")).unwrap();
         // What SQLite does on some errors (disk full, I/O): the transaction is gone.
         a.run(Sql::new("ROLLBACK")).unwrap();
-        let b = {
-            let lite = lite.clone();
-            tokio::spawn(async move { lite.write(insert("b")).await })
-        };
-        while lite.shared.waiting.load(Ordering::SeqCst) == 0 {
-            tokio::task::yield_now().await;
-        }
+        let b = spawn_queued(&lite, |lite| async move { lite.write(insert("b")).await }).await;
         assert!(a.commit().await.is_err());
         // `b` starts a new group instead of writing outside any transaction and then
         // being told its (long gone) group failed.
