@@ -197,17 +197,29 @@ pub(crate) async fn delete_run_checkpoints(
     run_id: &str,
 ) -> DbResult<u64> {
     if dialect == Dialect::Postgres {
-        // Wait for inserts of children of these checkpoints (they hold key-share locks)
-        // to commit, so the orphan query below sees them; later ones will fail.
-        tx.exec(
-            Sql::new(concat!(
-                "SELECT checkpoint_id FROM checkpoints WHERE thread_id = $1 AND run_id = $2 ",
-                "FOR UPDATE"
-            ))
-            .bind(thread_id)
-            .bind(run_id),
-        )
-        .await?;
+        // Lock the run's checkpoints, waiting for inserts of their children (which hold
+        // key-share locks on them) to commit, so the statements below see those children;
+        // later inserts under a locked row wait for this transaction and then find their
+        // parent gone. Each statement sees only what was committed when it started, so a
+        // checkpoint committed meanwhile (or a child whose insert this one waited for) is
+        // missed: lock again until the set stops growing.
+        let mut locked = 0;
+        loop {
+            let rows = tx
+                .all(
+                    Sql::new(concat!(
+                        "SELECT checkpoint_id FROM checkpoints WHERE thread_id = $1 ",
+                        "AND run_id = $2 FOR UPDATE"
+                    ))
+                    .bind(thread_id)
+                    .bind(run_id),
+                )
+                .await?;
+            if rows.len() <= locked {
+                break;
+            }
+            locked = rows.len();
+        }
     }
     let orphans = tx
         .all(

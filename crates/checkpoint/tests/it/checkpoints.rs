@@ -13,6 +13,7 @@ conformance!(store:
     checkpoint_metadata_patch,
     pending_writes_by_task,
     writes_without_ids_are_stored_exactly,
+    concurrent_chains_with_rollbacks_stay_readable,
 );
 
 async fn checkpoint_round_trip(db: Arc<dyn Persistence>) {
@@ -589,4 +590,85 @@ async fn writes_without_ids_are_stored_exactly(db: Arc<dyn Persistence>) {
     assert_eq!(history[1].checkpoint_id, id);
     assert_eq!(*history[1].state, state);
     assert_eq!(history[0].state.messages[1], state.messages[1]);
+}
+
+/// Many runs writing their chains at once (Postgres batches such inserts into shared
+/// statements), some rolled back while they write: every write either lands or fails with
+/// "parent not found", finished chains read back exactly, and every history stays readable.
+async fn concurrent_chains_with_rollbacks_stay_readable(db: Arc<dyn Persistence>) {
+    // The races are timing-dependent: a few rounds make a regression likely to show.
+    for _ in 0..3 {
+        concurrent_chains_round(&db).await;
+    }
+}
+
+async fn concurrent_chains_round(db: &Arc<dyn Persistence>) {
+    const THREADS: usize = 40;
+    const STEPS: usize = 6;
+    let mut tasks = Vec::new();
+    for t in 0..THREADS {
+        let db = db.clone();
+        let rolled_back = t % 5 == 0;
+        tasks.push(tokio::spawn(async move {
+            let thread = new_id();
+            let run = format!("run-{t}");
+            let mut parent: Option<(String, ThreadState)> = None;
+            let mut written = 0;
+            for i in 0..STEPS {
+                if rolled_back && i == STEPS / 2 {
+                    let db = db.clone();
+                    let (thread, run) = (thread.clone(), run.clone());
+                    tokio::spawn(async move {
+                        db.delete_checkpoints_for_run(&thread, &run).await.unwrap();
+                    });
+                }
+                let base = parent.as_ref().map(|(_, s)| s.clone()).unwrap_or_default();
+                let mut updates = vec![say(&format!("m{t}-{i}"), &format!("step {i}"))];
+                let state = crate::support::step(&base, &mut updates);
+                let put = db
+                    .put_checkpoint(NewCheckpoint {
+                        thread_id: thread.clone(),
+                        checkpoint_ns: String::new(),
+                        parent_id: parent.as_ref().map(|(id, _)| id.clone()),
+                        run_id: Some(run.clone()),
+                        metadata: obj(json!({"source": "loop", "step": i})),
+                        writes: vec![("agent".into(), updates[0].clone())],
+                        state: Arc::new(state.clone()),
+                        next: vec![],
+                        tasks: vec![],
+                    })
+                    .await;
+                match put {
+                    Ok(id) => {
+                        parent = Some((id, state));
+                        written += 1;
+                    }
+                    Err(StoreError::NotFound(m)) if rolled_back => {
+                        assert!(m.starts_with("Parent checkpoint"), "{m}");
+                        break;
+                    }
+                    Err(e) => panic!("thread {t} step {i}: {e}"),
+                }
+            }
+            (thread, rolled_back, written, parent)
+        }));
+    }
+    for task in tasks {
+        let (thread, rolled_back, written, last) = task.await.unwrap();
+        let history = db
+            .list_checkpoints(&thread, &HistoryQuery::default())
+            .await
+            .unwrap_or_else(|e| panic!("history of {thread}: {e}"));
+        if rolled_back {
+            assert!(history.len() <= written);
+            continue;
+        }
+        assert_eq!(written, STEPS);
+        assert_eq!(history.len(), STEPS);
+        let (last_id, last_state) = last.unwrap();
+        let latest = db.get_checkpoint(&thread, "", None).await.unwrap().unwrap();
+        assert_eq!(latest.checkpoint_id, last_id);
+        assert_eq!(*latest.state, last_state);
+        assert_eq!(latest.state.messages.len(), STEPS);
+    }
 }
