@@ -9,7 +9,7 @@
 //!
 //! ```text
 //! cargo build --release -p fawn -p fawn-testkit -p fawn-bench
-//! target/release/server_load            # [--quick] [--sqlite-only]
+//! target/release/server_load            # [--quick] [--sqlite-only | --pg-only]
 //! ```
 
 use anyhow::{Context, Result, bail};
@@ -409,9 +409,12 @@ async fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
     let sqlite_only = args.iter().any(|a| a == "--sqlite-only");
+    let pg_only = args.iter().any(|a| a == "--pg-only");
     let (_mock, mock_url) = start_mock()?;
     println!("mock LLM at {mock_url}");
-    bench_backend("sqlite", &mock_url, None, quick).await?;
+    if !pg_only {
+        bench_backend("sqlite", &mock_url, None, quick).await?;
+    }
     if !sqlite_only {
         let pg = std::env::var("BENCH_DATABASE_URL")
             .or_else(|_| std::env::var("TEST_DATABASE_URL"))
