@@ -1,6 +1,7 @@
 //! [`CheckpointStore`]: deltas plus amortized snapshots (see `chain.rs`), history across
 //! branches, rollback by run, pending writes.
 
+use super::batch::Batcher;
 use super::chain::{
     ChainRow, decode_writes_json, encode_writes, needs_snapshot, reconstruct,
     writes_need_normalizing,
@@ -266,7 +267,7 @@ fn ends_a_run(cp: &NewCheckpoint) -> bool {
 }
 
 /// A checkpoint ready to insert (everything computed before the retry loop).
-struct Prepared {
+pub(super) struct Prepared {
     thread_id: String,
     ns: String,
     id: String,
@@ -278,6 +279,29 @@ struct Prepared {
     accounting: Accounting,
     next: Arg,
     tasks: Arg,
+}
+
+/// Binds a checkpoint row's columns after `thread_id, checkpoint_ns, checkpoint_id`, in
+/// the order of the insert statements.
+fn row_args(sql: Sql, p: &Prepared, now: chrono::DateTime<chrono::Utc>) -> Sql {
+    sql.bind(p.parent_id.clone())
+        .bind(p.run_id.clone())
+        .arg(p.metadata.clone())
+        .bind(p.writes.as_str())
+        .bind(p.snapshot.clone())
+        .bind(p.accounting.snap_bytes)
+        .bind(p.accounting.delta_bytes)
+        .arg(p.next.clone())
+        .arg(p.tasks.clone())
+        .arg(Arg::ts(now))
+}
+
+/// Postgres gathers concurrent checkpoint inserts (of different runs) into shared
+/// statements: at most 4 in flight, 64 rows or 4 MiB each.
+pub(super) fn insert_batcher() -> Batcher<Arc<Prepared>, bool> {
+    Batcher::new(4, 64, 4 << 20, |p| {
+        p.writes.len() + p.snapshot.as_ref().map_or(0, String::len) + 256
+    })
 }
 
 impl SqlStore {
@@ -306,7 +330,42 @@ impl SqlStore {
         })
     }
 
-    async fn insert_checkpoint_once(&self, p: &Prepared) -> DbResult<()> {
+    async fn insert_checkpoint_once(&self, p: &Arc<Prepared>) -> DbResult<()> {
+        let inserted = match self.dialect() {
+            Dialect::Sqlite => self.insert_one(p).await?,
+            Dialect::Postgres => {
+                self.inserts
+                    .submit(p.clone(), |rows| self.insert_rows(rows))
+                    .await?
+            }
+        };
+        if !inserted && p.parent_id.is_some() {
+            let exists = self
+                .db
+                .read_opt(
+                    Sql::new(concat!(
+                        "SELECT checkpoint_id FROM checkpoints WHERE thread_id = $1 ",
+                        "AND checkpoint_ns = $2 AND checkpoint_id = $3"
+                    ))
+                    .bind(p.thread_id.as_str())
+                    .bind(p.ns.as_str())
+                    .bind(p.id.as_str()),
+                )
+                .await?
+                .is_some();
+            if !exists {
+                return Err(DbErr::not_found(format!(
+                    "Parent checkpoint {} not found",
+                    p.parent_id.as_deref().unwrap_or_default()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Inserts one checkpoint; false when nothing was inserted (its parent is gone, or
+    /// this very insert already committed before a retry).
+    async fn insert_one(&self, p: &Prepared) -> DbResult<bool> {
         // With a parent, insert only while the parent exists (Postgres: holding a key-share
         // lock on it until commit), so a write racing a rollback of the parent's run fails
         // instead of leaving a delta that cannot be replayed. `ON CONFLICT DO NOTHING`: ids
@@ -334,47 +393,84 @@ impl SqlStore {
                 "FROM parent ON CONFLICT DO NOTHING"
             ),
         };
-        let inserted = self
-            .db
-            .write_exec(
-                Sql::new(sql)
-                    .bind(p.thread_id.as_str())
-                    .bind(p.ns.as_str())
-                    .bind(p.id.as_str())
-                    .bind(p.parent_id.clone())
-                    .bind(p.run_id.clone())
-                    .arg(p.metadata.clone())
-                    .bind(p.writes.as_str())
-                    .bind(p.snapshot.clone())
-                    .bind(p.accounting.snap_bytes)
-                    .bind(p.accounting.delta_bytes)
-                    .arg(p.next.clone())
-                    .arg(p.tasks.clone())
-                    .arg(Arg::ts(ids::now())),
-            )
-            .await?;
-        if inserted == 0 && p.parent_id.is_some() {
-            let exists = self
-                .db
-                .read_opt(
-                    Sql::new(concat!(
-                        "SELECT checkpoint_id FROM checkpoints WHERE thread_id = $1 ",
-                        "AND checkpoint_ns = $2 AND checkpoint_id = $3"
-                    ))
-                    .bind(p.thread_id.as_str())
-                    .bind(p.ns.as_str())
-                    .bind(p.id.as_str()),
-                )
-                .await?
-                .is_some();
-            if !exists {
-                return Err(DbErr::not_found(format!(
-                    "Parent checkpoint {} not found",
-                    p.parent_id.as_deref().unwrap_or_default()
-                )));
+        let sql = Sql::new(sql)
+            .bind(p.thread_id.as_str())
+            .bind(p.ns.as_str())
+            .bind(p.id.as_str());
+        let inserted = self.db.write_exec(row_args(sql, p, ids::now())).await?;
+        Ok(inserted > 0)
+    }
+
+    /// Postgres: inserts a batch of checkpoints (of different runs, gathered by
+    /// [`Batcher`]) with one statement. Each row is inserted only while its parent exists,
+    /// under a key-share lock, exactly as [`SqlStore::insert_one`] does.
+    async fn insert_rows(&self, rows: Vec<Arc<Prepared>>) -> Vec<DbResult<bool>> {
+        if let [one] = rows.as_slice() {
+            return vec![self.insert_one(one).await];
+        }
+        let now = ids::now();
+        let mut args = Vec::with_capacity(rows.len() * 13);
+        let mut values = Vec::with_capacity(rows.len());
+        for p in &rows {
+            let base = args.len();
+            let sql = Sql::new("")
+                .bind(p.thread_id.as_str())
+                .bind(p.ns.as_str())
+                .bind(p.id.as_str());
+            args.extend(row_args(sql, p, now).into_args());
+            let ps: Vec<String> = (base + 1..=args.len()).map(|i| format!("${i}")).collect();
+            values.push(format!("({})", ps.join(", ")));
+        }
+        let text = format!(
+            "WITH v (thread_id, checkpoint_ns, checkpoint_id, parent_id, run_id, metadata, \
+             writes, snapshot, snap_bytes, delta_bytes, next, tasks, created_at) AS (VALUES {}) \
+             INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, \
+             run_id, metadata, writes, snapshot, snap_bytes, delta_bytes, next, tasks, created_at) \
+             SELECT * FROM v WHERE v.parent_id IS NULL OR EXISTS (SELECT 1 FROM checkpoints p \
+             WHERE p.thread_id = v.thread_id AND p.checkpoint_ns = v.checkpoint_ns \
+             AND p.checkpoint_id = v.parent_id FOR KEY SHARE) \
+             ON CONFLICT DO NOTHING RETURNING thread_id, checkpoint_id",
+            values.join(", ")
+        );
+        match self.db.write_all(Sql::dynamic(text, args)).await {
+            Ok(returned) => {
+                let mut inserted = std::collections::HashSet::new();
+                for r in returned {
+                    match r
+                        .text("thread_id")
+                        .and_then(|t| Ok((t, r.text("checkpoint_id")?)))
+                    {
+                        Ok(key) => {
+                            inserted.insert(key);
+                        }
+                        Err(e) => {
+                            let msg = format!("{e:?}");
+                            return rows
+                                .iter()
+                                .map(|_| Err(DbErr::corrupt(msg.clone())))
+                                .collect();
+                        }
+                    }
+                }
+                rows.iter()
+                    .map(|p| Ok(inserted.contains(&(p.thread_id.clone(), p.id.clone()))))
+                    .collect()
+            }
+            Err(e) if e.is_transient() => {
+                let msg = format!("{e:?}");
+                rows.iter()
+                    .map(|_| Err(DbErr::GroupFailed(msg.clone())))
+                    .collect()
+            }
+            Err(_) => {
+                // A row the database refuses must not fail the others: one at a time.
+                let mut out = Vec::with_capacity(rows.len());
+                for p in &rows {
+                    out.push(self.insert_one(p).await);
+                }
+                out
             }
         }
-        Ok(())
     }
 
     fn prepare(
@@ -721,6 +817,7 @@ impl CheckpointStore for SqlStore {
             (p, c) => p.or(c),
         };
         prepared.id = checkpoint_id_after(after.as_deref());
+        let prepared = Arc::new(prepared);
         retry!(self.insert_checkpoint_once(&prepared))?;
         self.cache.put(
             thread_id,
@@ -732,10 +829,10 @@ impl CheckpointStore for SqlStore {
                 } else {
                     Held::Weak(Arc::downgrade(&checkpoint.state))
                 },
-                accounting: prepared.accounting,
+                accounting: prepared.accounting.clone(),
             },
         );
-        Ok(prepared.id)
+        Ok(prepared.id.clone())
     }
 
     async fn get_checkpoint(

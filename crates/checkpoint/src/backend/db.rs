@@ -56,7 +56,8 @@ pub(crate) enum DbErr {
     /// SQLite (through rusqlite).
     Lite(rusqlite::Error),
     /// The SQLite group transaction this write was part of failed to commit (see
-    /// [`lite`]); the write did not happen and may be retried.
+    /// [`lite`]), or the Postgres batch it was part of failed or was abandoned (see
+    /// [`super::batch`]); the write may be retried.
     GroupFailed(String),
 }
 
@@ -314,6 +315,10 @@ impl Sql {
 
     pub fn args(&self) -> &[Arg] {
         &self.args
+    }
+
+    pub fn into_args(self) -> Vec<Arg> {
+        self.args
     }
 
     fn postgres(
@@ -788,6 +793,26 @@ impl Db {
                 lite.write(sql).await?.0.into_iter().next().map(Row::Lite)
             }
             Pools::Pg(pool) => sql.postgres()?.fetch_optional(pool).await?.map(Row::Pg),
+        })
+    }
+
+    /// Runs one writing statement on its own (autocommit) and returns all its rows.
+    pub async fn write_all(&self, sql: Sql) -> DbResult<Vec<Row>> {
+        Ok(match &self.pools {
+            Pools::Sqlite { lite, .. } => lite
+                .write(sql)
+                .await?
+                .0
+                .into_iter()
+                .map(Row::Lite)
+                .collect(),
+            Pools::Pg(pool) => sql
+                .postgres()?
+                .fetch_all(pool)
+                .await?
+                .into_iter()
+                .map(Row::Pg)
+                .collect(),
         })
     }
 

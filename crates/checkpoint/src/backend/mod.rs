@@ -12,6 +12,7 @@
 //! the status is always computed from committed data. Transient errors are retried.
 
 mod assistants;
+mod batch;
 mod chain;
 mod checkpoints;
 mod crons;
@@ -51,6 +52,9 @@ pub(crate) use run_cols;
 pub(crate) struct SqlStore {
     db: Db,
     cache: StateCache,
+    /// Postgres: concurrent checkpoint inserts share statements (unused on SQLite, whose
+    /// writes already share group transactions).
+    inserts: batch::Batcher<std::sync::Arc<checkpoints::Prepared>, bool>,
 }
 
 impl SqlStore {
@@ -69,6 +73,7 @@ impl SqlStore {
         Ok(SqlStore {
             db,
             cache: StateCache::new(options.cache_entries, options.cache_bytes),
+            inserts: checkpoints::insert_batcher(),
         })
     }
 
