@@ -85,7 +85,7 @@ pub fn sandbox_tool(
 
 /// The parameters schema of `A`, with the leading `description` argument listed as
 /// required (the model must give it; parsing still tolerates its absence).
-pub(crate) fn schema<A: schemars::JsonSchema>() -> Value {
+pub(crate) fn schema<A: schemars::JsonSchema + 'static>() -> Value {
     let mut v = crate::args::schema_for::<A>();
     if let Some(desc) = v
         .pointer_mut("/properties/description")
