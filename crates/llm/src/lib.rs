@@ -30,6 +30,7 @@ use fawn_state::{ChunkAccumulator, Message, Messages};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use serde_json::{Map, Value};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A tool the model may call: name, description and a JSON Schema for its arguments.
@@ -45,7 +46,8 @@ pub struct ToolSpec {
 pub struct ChatRequest {
     /// The whole conversation, system messages included (normally one, first).
     pub messages: Messages,
-    pub tools: Vec<ToolSpec>,
+    /// Shared: the same specs go out on every call of a run.
+    pub tools: Arc<[ToolSpec]>,
     /// OpenAI `tool_choice` (`"auto"`, `"none"`, `{"type":"function",…}`); `None` = provider default.
     pub tool_choice: Option<Value>,
     /// Thinking already resolved against the model's `supports_thinking`.

@@ -202,7 +202,8 @@ pub struct ModelRequest {
     /// The conversation (without the system prompt). Cloning it shares the state's chunks;
     /// rewriting it copies only what changes.
     pub messages: Messages,
-    pub tools: Vec<ToolSpec>,
+    /// Shared by every call of a run (cloning the request does not copy them).
+    pub tools: Arc<[ToolSpec]>,
     pub tool_choice: Option<Value>,
     pub model: Arc<dyn ChatModel>,
     pub thinking_enabled: bool,

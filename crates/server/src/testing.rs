@@ -397,7 +397,7 @@ impl MiniAgent {
         chunk_meta.insert("ls_model_type".into(), json!("chat"));
         let request = ChatRequest {
             messages: ctx.state.messages.clone(),
-            tools: tool_specs(),
+            tools: tool_specs().into(),
             ..Default::default()
         };
         let msg_id = format!("lc_run--{}", uuid::Uuid::now_v7());

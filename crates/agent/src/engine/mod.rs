@@ -41,7 +41,7 @@ pub struct AgentGraph {
     pub(crate) tools: Vec<Arc<dyn Tool>>,
     tool_index: HashMap<String, usize>,
     pub(crate) tool_names: Vec<String>,
-    pub(crate) tool_specs: Vec<ToolSpec>,
+    pub(crate) tool_specs: Arc<[ToolSpec]>,
     pub(crate) system_prompt: Option<String>,
 }
 

@@ -1,9 +1,7 @@
 //! Building the chat-completions request body from a [`ChatRequest`], with the per-provider
 //! quirks of DeerFlow's patched model classes.
 
-use super::wire::{
-    ChatCompletionRequest, WireFunction, WireMessage, WireTool, WireToolCall, WireToolFunction,
-};
+use super::wire::{ChatCompletionRequest, WireFunction, WireMessage, WireToolCall, WireTools};
 use crate::content::{image_note, image_ref, is_image_block};
 use crate::settings::ModelSettings;
 use crate::{ChatRequest, LlmError};
@@ -161,22 +159,7 @@ pub(crate) fn build_request(
         .and_then(Value::as_str)
         == Some("enabled");
     let messages = convert_messages(&req.messages, quirks, settings.supports_vision, thinking_on)?;
-    let tools = req
-        .tools
-        .iter()
-        .map(|t| WireTool {
-            kind: "function".into(),
-            function: WireToolFunction {
-                name: t.name.clone(),
-                description: t.description.clone(),
-                parameters: if t.parameters.is_null() {
-                    json!({"type": "object", "properties": {}})
-                } else {
-                    t.parameters.clone()
-                },
-            },
-        })
-        .collect();
+    let tools = WireTools(req.tools.clone());
     Ok(ChatCompletionRequest {
         model: settings.model.clone(),
         messages,

@@ -2,8 +2,12 @@
 //! types"). Every struct keeps unknown fields in a flattened map so vendor extensions such as
 //! `reasoning_content`, `reasoning`, `reasoning_details` or `thought_signature` survive.
 
-use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::{Map, Value};
+use crate::ToolSpec;
+use serde::ser::SerializeSeq;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value, json};
+use std::borrow::Cow;
+use std::sync::Arc;
 
 /// Deserializes `null` as the type's default (some gateways send `"choices": null`).
 fn null_default<'de, D, T>(d: D) -> Result<T, D::Error>
@@ -19,8 +23,8 @@ where
 pub struct ChatCompletionRequest {
     pub model: String,
     pub messages: Vec<WireMessage>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub tools: Vec<WireTool>,
+    #[serde(skip_serializing_if = "WireTools::is_empty")]
+    pub tools: WireTools,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<Value>,
     pub stream: bool,
@@ -87,20 +91,53 @@ pub struct WireFunction {
     pub arguments: String,
 }
 
-/// A tool offered to the model.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct WireTool {
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub function: WireToolFunction,
+/// The tools offered to the model: the run's shared specs, written in the wire shape
+/// (`{"type": "function", "function": {…}}`) when the request is serialized, so a call
+/// does not copy every schema.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WireTools(pub Arc<[ToolSpec]>);
+
+impl WireTools {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct WireToolFunction {
-    pub name: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub description: String,
-    pub parameters: Value,
+impl Serialize for WireTools {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for t in self.0.iter() {
+            let parameters = if t.parameters.is_null() {
+                Cow::Owned(json!({"type": "object", "properties": {}}))
+            } else {
+                Cow::Borrowed(&t.parameters)
+            };
+            seq.serialize_element(&WireTool {
+                kind: "function",
+                function: WireToolFunction {
+                    name: &t.name,
+                    description: &t.description,
+                    parameters,
+                },
+            })?;
+        }
+        seq.end()
+    }
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireToolFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WireToolFunction<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    description: &'a str,
+    parameters: Cow<'a, Value>,
 }
 
 /// A streamed `chat.completion.chunk`, or (with `message` instead of `delta`) a whole
@@ -230,7 +267,7 @@ mod tests {
         let r = ChatCompletionRequest {
             model: "m".into(),
             messages: vec![WireMessage::new("user", json!("hi"))],
-            tools: vec![],
+            tools: WireTools::default(),
             tool_choice: None,
             stream: true,
             stream_options: Some(json!({"include_usage": true})),

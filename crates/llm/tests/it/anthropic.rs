@@ -66,7 +66,8 @@ async fn thinking_and_tool_use_round_trip_with_signature() {
             name: "lookup".into(),
             description: "Look up a key".into(),
             parameters: json!({"type": "object", "properties": {"key": {"type": "string"}}}),
-        }],
+        }]
+        .into(),
         tool_choice: Some(json!("auto")),
         ..ask("what is key?")
     };
@@ -171,7 +172,8 @@ async fn non_streaming_messages() {
         name: "f".into(),
         description: String::new(),
         parameters: json!({"type": "object"}),
-    }];
+    }]
+    .into();
     let (chunks, err) = drain(&m.model, req).await;
     assert!(err.is_none(), "{err:?}");
     assert_eq!(chunks.len(), 1);

@@ -77,7 +77,8 @@ async fn streams_parallel_tool_calls() {
             description: String::new(),
             parameters: serde_json::Value::Null,
         },
-    ];
+    ]
+    .into();
     req.tool_choice = Some(json!("auto"));
     let (chunks, err) = drain(&m.model, req).await;
     assert!(err.is_none(), "{err:?}");
@@ -114,6 +115,7 @@ async fn streams_parallel_tool_calls() {
         body["tools"][1]["function"]["parameters"],
         json!({"type": "object", "properties": {}})
     );
+    assert!(body["tools"][1]["function"].get("description").is_none());
 }
 
 #[tokio::test]

@@ -307,7 +307,7 @@ impl Fx {
         ModelRequest {
             system_prompt: Some("SYSTEM".into()),
             messages: messages.into(),
-            tools: Vec::new(),
+            tools: Arc::from([]),
             tool_choice: None,
             model: self.model.clone(),
             thinking_enabled: false,
