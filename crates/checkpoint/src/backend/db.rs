@@ -92,6 +92,14 @@ impl DbErr {
         DbErr::Store(StoreError::Corrupt(msg.into()))
     }
 
+    /// The SQLSTATE of a Postgres error.
+    pub fn pg_code(&self) -> Option<String> {
+        match self {
+            DbErr::Sql(sqlx::Error::Database(db)) => db.code().map(|c| c.into_owned()),
+            _ => None,
+        }
+    }
+
     pub fn is_unique_violation(&self) -> bool {
         match self {
             DbErr::Sql(e) => e
@@ -597,6 +605,11 @@ fn migrator(dialect: Dialect) -> Migrator {
                 3,
                 "claim function plpgsql",
                 include_str!("../../../../migrations/postgres/0003_claim_function_plpgsql.sql"),
+            ),
+            (
+                4,
+                "create run function",
+                include_str!("../../../../migrations/postgres/0004_create_run_function.sql"),
             ),
         ],
     };

@@ -136,6 +136,9 @@ impl SqlStore {
             )));
         }
         let now = ids::now();
+        if self.dialect() == Dialect::Postgres {
+            return self.create_run_postgres(run, run_id, now).await;
+        }
         // Urgent: the client's first event (and its response) waits on this commit.
         let mut tx = self.db.begin_urgent().await?;
         // Mark the thread busy (creating it if asked): this also takes its row lock, so
@@ -226,6 +229,66 @@ impl SqlStore {
             run: created,
             inflight,
         })
+    }
+
+    /// [`SqlStore::create_run_once`] on Postgres: the same steps in one round trip, through
+    /// the function of `migrations/postgres/0004_create_run_function.sql`.
+    async fn create_run_postgres(
+        &self,
+        run: &NewRun,
+        run_id: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> DbResult<CreatedRun> {
+        let rows = self
+            .db
+            .write_all(
+                Sql::new(concat!(
+                    "SELECT ",
+                    run_cols!(),
+                    " FROM fawn_create_run($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+                ))
+                .bind(run_id)
+                .bind(run.thread_id.as_str())
+                .bind(run.assistant_id.as_str())
+                .arg(Arg::ts(now))
+                .arg(Arg::json_map(&run.metadata))
+                .arg(Arg::json_map(&run.kwargs))
+                .bind(run.multitask_strategy.as_str())
+                .arg(Arg::ts(plus_seconds(now, run.after_seconds)))
+                .bind(run.create_thread_if_missing.is_some())
+                .arg(
+                    run.create_thread_if_missing
+                        .as_ref()
+                        .map_or(Arg::Json(None), Arg::json_map),
+                ),
+            )
+            .await;
+        let rows = match rows {
+            Ok(rows) => rows,
+            Err(e) if e.is_unique_violation() => {
+                return Err(DbErr::conflict(format!(
+                    "Run with ID {run_id} already exists"
+                )));
+            }
+            Err(e) => {
+                return Err(match e.pg_code().as_deref() {
+                    Some("P0002") => thread_not_found(&run.thread_id),
+                    Some("P0001") => DbErr::conflict(REJECT_DETAIL),
+                    _ => e,
+                });
+            }
+        };
+        let mut runs = rows
+            .iter()
+            .map(run_from_row)
+            .collect::<DbResult<Vec<Run>>>()?;
+        match runs.pop() {
+            Some(created) if created.run_id == run_id => Ok(CreatedRun {
+                run: created,
+                inflight: runs,
+            }),
+            _ => Err(DbErr::corrupt("fawn_create_run did not return the new run")),
+        }
     }
 
     async fn get_run_once(&self, run_id: &str) -> DbResult<Option<Run>> {

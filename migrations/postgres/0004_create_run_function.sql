@@ -1,0 +1,50 @@
+-- Run creation in one round trip (the client's first SSE event waits on it). Each statement
+-- of a PL/pgSQL function takes a fresh snapshot, so the in-flight runs are read after the
+-- thread's row lock is held, exactly as the transaction it replaces did. Returns the
+-- thread's in-flight runs (oldest first) followed by the new run. Errors roll everything
+-- back: P0002 = no such thread, P0001 'reject' = the thread is busy and the strategy is
+-- reject; a duplicate run id is the unique violation of runs.run_id.
+CREATE OR REPLACE FUNCTION fawn_create_run(
+    p_run_id TEXT, p_thread_id TEXT, p_assistant_id TEXT, p_now BIGINT, p_metadata JSONB,
+    p_kwargs JSONB, p_strategy TEXT, p_available_at BIGINT, p_create_thread BOOLEAN,
+    p_thread_metadata JSONB)
+RETURNS SETOF runs
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_thread TEXT;
+BEGIN
+    IF p_create_thread THEN
+        INSERT INTO threads (thread_id, created_at, updated_at, state_updated_at, metadata,
+                             status, config, state_values, interrupts, error, has_next)
+        VALUES (p_thread_id, p_now, p_now, p_now, p_thread_metadata, 'busy', '{}'::jsonb,
+                NULL, '{}'::jsonb, NULL, FALSE)
+        ON CONFLICT (thread_id) DO UPDATE SET status = 'busy', updated_at = p_now,
+            expires_at = CASE WHEN threads.ttl_minutes IS NULL THEN threads.expires_at
+                         ELSE p_now + CAST(threads.ttl_minutes * 60000000 AS BIGINT) END
+        RETURNING thread_id INTO v_thread;
+    ELSE
+        UPDATE threads SET status = 'busy', updated_at = p_now,
+            expires_at = CASE WHEN ttl_minutes IS NULL THEN expires_at
+                         ELSE p_now + CAST(ttl_minutes * 60000000 AS BIGINT) END
+         WHERE thread_id = p_thread_id
+        RETURNING thread_id INTO v_thread;
+    END IF;
+    IF v_thread IS NULL THEN
+        RAISE EXCEPTION 'thread not found' USING ERRCODE = 'P0002';
+    END IF;
+    RETURN QUERY
+        SELECT * FROM runs
+         WHERE thread_id = p_thread_id AND status IN ('pending', 'running')
+         ORDER BY created_at, seq;
+    IF FOUND AND p_strategy = 'reject' THEN
+        RAISE EXCEPTION 'reject' USING ERRCODE = 'P0001';
+    END IF;
+    RETURN QUERY
+        INSERT INTO runs (run_id, thread_id, assistant_id, created_at, updated_at, status,
+                          metadata, kwargs, multitask_strategy, attempt, available_at)
+        VALUES (p_run_id, p_thread_id, p_assistant_id, p_now, p_now, 'pending', p_metadata,
+                p_kwargs, p_strategy, 0, p_available_at)
+        RETURNING *;
+END
+$$;
