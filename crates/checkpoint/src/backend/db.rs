@@ -655,6 +655,17 @@ impl Drop for Db {
     }
 }
 
+/// Runs one statement on the pool (autocommit) and returns all its rows.
+async fn pg_all(pool: &PgPool, sql: Sql) -> DbResult<Vec<Row>> {
+    Ok(sql
+        .postgres()?
+        .fetch_all(pool)
+        .await?
+        .into_iter()
+        .map(Row::Pg)
+        .collect())
+}
+
 /// A Postgres schema name we are willing to put into `CREATE SCHEMA` and `search_path`.
 pub(crate) fn valid_schema_name(schema: &str) -> bool {
     let mut chars = schema.chars();
@@ -780,16 +791,12 @@ impl Db {
 
     /// Runs a read-only statement outside any transaction.
     pub async fn read_all(&self, sql: Sql) -> DbResult<Vec<Row>> {
-        Ok(match &self.pools {
-            Pools::Sqlite { lite, .. } => lite.read_all(sql)?.into_iter().map(Row::Lite).collect(),
-            Pools::Pg(pool) => sql
-                .postgres()?
-                .fetch_all(pool)
-                .await?
-                .into_iter()
-                .map(Row::Pg)
-                .collect(),
-        })
+        match &self.pools {
+            Pools::Sqlite { lite, .. } => {
+                Ok(lite.read_all(sql)?.into_iter().map(Row::Lite).collect())
+            }
+            Pools::Pg(pool) => pg_all(pool, sql).await,
+        }
     }
 
     pub async fn read_opt(&self, sql: Sql) -> DbResult<Option<Row>> {
@@ -811,22 +818,16 @@ impl Db {
 
     /// Runs one writing statement on its own (autocommit) and returns all its rows.
     pub async fn write_all(&self, sql: Sql) -> DbResult<Vec<Row>> {
-        Ok(match &self.pools {
-            Pools::Sqlite { lite, .. } => lite
+        match &self.pools {
+            Pools::Sqlite { lite, .. } => Ok(lite
                 .write(sql)
                 .await?
                 .0
                 .into_iter()
                 .map(Row::Lite)
-                .collect(),
-            Pools::Pg(pool) => sql
-                .postgres()?
-                .fetch_all(pool)
-                .await?
-                .into_iter()
-                .map(Row::Pg)
-                .collect(),
-        })
+                .collect()),
+            Pools::Pg(pool) => pg_all(pool, sql).await,
+        }
     }
 
     pub async fn write_exec(&self, sql: Sql) -> DbResult<u64> {

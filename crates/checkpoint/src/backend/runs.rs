@@ -127,6 +127,19 @@ async fn end_cancelled(
     }
 }
 
+/// Binds `$1…$8` of a new run's insert: id, thread, assistant, now, metadata, kwargs,
+/// multitask strategy, available-at.
+fn new_run_args(sql: Sql, run: &NewRun, run_id: &str, now: DateTime<Utc>) -> Sql {
+    sql.bind(run_id)
+        .bind(run.thread_id.as_str())
+        .bind(run.assistant_id.as_str())
+        .arg(Arg::ts(now))
+        .arg(Arg::json_map(&run.metadata))
+        .arg(Arg::json_map(&run.kwargs))
+        .bind(run.multitask_strategy.as_str())
+        .arg(Arg::ts(plus_seconds(now, run.after_seconds)))
+}
+
 impl SqlStore {
     async fn create_run_once(&self, run: &NewRun, run_id: &str) -> DbResult<CreatedRun> {
         if !(run.after_seconds.is_finite() && run.after_seconds >= 0.0) {
@@ -195,24 +208,13 @@ impl SqlStore {
         if !inflight.is_empty() && run.multitask_strategy == MultitaskStrategy::Reject {
             return Err(DbErr::conflict(REJECT_DETAIL));
         }
-        let inserted = tx
-            .opt(
-                Sql::new(concat!(
-                    "INSERT INTO runs (run_id, thread_id, assistant_id, created_at, updated_at, ",
-                    "status, metadata, kwargs, multitask_strategy, attempt, available_at) ",
-                    "VALUES ($1, $2, $3, $4, $4, 'pending', $5, $6, $7, 0, $8) RETURNING ",
-                    run_cols!()
-                ))
-                .bind(run_id)
-                .bind(run.thread_id.as_str())
-                .bind(run.assistant_id.as_str())
-                .arg(Arg::ts(now))
-                .arg(Arg::json_map(&run.metadata))
-                .arg(Arg::json_map(&run.kwargs))
-                .bind(run.multitask_strategy.as_str())
-                .arg(Arg::ts(plus_seconds(now, run.after_seconds))),
-            )
-            .await;
+        let sql = Sql::new(concat!(
+            "INSERT INTO runs (run_id, thread_id, assistant_id, created_at, updated_at, ",
+            "status, metadata, kwargs, multitask_strategy, attempt, available_at) ",
+            "VALUES ($1, $2, $3, $4, $4, 'pending', $5, $6, $7, 0, $8) RETURNING ",
+            run_cols!()
+        ));
+        let inserted = tx.opt(new_run_args(sql, run, run_id, now)).await;
         let row = match inserted {
             Ok(Some(row)) => row,
             Ok(None) => return Err(DbErr::corrupt("INSERT … RETURNING returned no row")),
@@ -237,24 +239,21 @@ impl SqlStore {
         &self,
         run: &NewRun,
         run_id: &str,
-        now: chrono::DateTime<chrono::Utc>,
+        now: DateTime<Utc>,
     ) -> DbResult<CreatedRun> {
         let rows = self
             .db
             .write_all(
-                Sql::new(concat!(
-                    "SELECT ",
-                    run_cols!(),
-                    " FROM fawn_create_run($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
-                ))
-                .bind(run_id)
-                .bind(run.thread_id.as_str())
-                .bind(run.assistant_id.as_str())
-                .arg(Arg::ts(now))
-                .arg(Arg::json_map(&run.metadata))
-                .arg(Arg::json_map(&run.kwargs))
-                .bind(run.multitask_strategy.as_str())
-                .arg(Arg::ts(plus_seconds(now, run.after_seconds)))
+                new_run_args(
+                    Sql::new(concat!(
+                        "SELECT ",
+                        run_cols!(),
+                        " FROM fawn_create_run($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+                    )),
+                    run,
+                    run_id,
+                    now,
+                )
                 .bind(run.create_thread_if_missing.is_some())
                 .arg(
                     run.create_thread_if_missing
