@@ -738,17 +738,25 @@ async fn complete(
 
     // The wait/join body is the last `values` the run produced: its last checkpoint, else
     // the state it resumed from (a run with nothing left to do), else the thread's state.
-    let values_json = match (&last, observer.start_values()) {
-        (None, Some(start)) => start,
-        _ => values.clone().unwrap_or_else(|| json!({})),
+    let start_values = if last.is_none() {
+        observer.start_values()
+    } else {
+        None
     };
+    let empty = json!({});
+    let body_values: &Value = start_values.as_ref().or(values.as_ref()).unwrap_or(&empty);
+    let webhook_values = kw_str(kw, "webhook").map(|_| body_values.clone());
     let (status, error, stop_reason, body) = match outcome {
         RunOutcome::Success {
             interrupts: raised,
             stop_reason,
         } => {
-            let mut body = values_json.clone();
-            if !raised.is_empty() {
+            let body = if raised.is_empty() {
+                if has_next && last.is_some() && modes.updates {
+                    observer.publish("updates", Bytes::from_static(br#"{"__interrupt__":[]}"#));
+                }
+                Bytes::from(body_values.to_string())
+            } else {
                 let wire = interrupts_wire(&raised);
                 if modes.updates && !observer.interrupt_update_sent() {
                     observer.publish(
@@ -756,32 +764,29 @@ async fn complete(
                         Bytes::from(json!({"__interrupt__": wire}).to_string()),
                     );
                 }
-                if let Value::Object(m) = &mut body {
+                let mut with_interrupts = body_values.clone();
+                if let Value::Object(m) = &mut with_interrupts {
                     m.insert("__interrupt__".into(), wire);
                 }
+                let body = Bytes::from(with_interrupts.to_string());
                 if modes.values {
-                    observer.publish("values", Bytes::from(body.to_string()));
+                    observer.publish("values", body.clone());
                 }
-            } else if has_next && last.is_some() && modes.updates {
-                observer.publish("updates", Bytes::from_static(br#"{"__interrupt__":[]}"#));
-            }
+                body
+            };
             (RunStatus::Success, None, stop_reason, body)
         }
         RunOutcome::Error { error, message } => {
             let err = json!({"error": error, "message": message});
             observer.publish("error", Bytes::from(err.to_string()));
-            (
-                RunStatus::Error,
-                Some(err.clone()),
-                None,
-                json!({"__error__": err}),
-            )
+            let body = Bytes::from(json!({"__error__": &err}).to_string());
+            (RunStatus::Error, Some(err), None, body)
         }
         RunOutcome::Cancelled => (
             RunStatus::Interrupted,
             None,
             Some("cancelled".to_string()),
-            values_json.clone(),
+            Bytes::from(body_values.to_string()),
         ),
     };
     // A cancelled run leaves the thread idle at its last checkpoint (not "interrupted",
@@ -811,12 +816,13 @@ async fn complete(
             None
         }
     };
-    app.broker
-        .finish(&run.run_id, Some(Bytes::from(body.to_string())));
-    if let (Some(url), Some(finished)) = (kw_str(kw, "webhook"), finished) {
+    app.broker.finish(&run.run_id, Some(body));
+    if let (Some(url), Some(finished), Some(values)) =
+        (kw_str(kw, "webhook"), finished, webhook_values)
+    {
         let payload = webhook::body(
             &finished,
-            values_json,
+            values,
             &crate::wire::ts(&started_at),
             &crate::wire::ts(&chrono::Utc::now()),
         );

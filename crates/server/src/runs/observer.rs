@@ -196,16 +196,20 @@ impl RunObserver for Observer {
         // LangGraph emits `values` only for supersteps that changed the state: the input
         // checkpoint, a fork copy and a `next`-only checkpoint carry no writes.
         let changed = !cp.writes.is_empty();
+        // The `checkpoints` and `debug` events repeat the metadata and tasks; other modes do
+        // not need copies of them.
+        let for_events =
+            (self.modes.checkpoints || self.modes.debug).then(|| (metadata.clone(), tasks.clone()));
         let new = NewCheckpoint {
             thread_id: self.thread_id.clone(),
             checkpoint_ns: String::new(),
             parent_id: parent_id.clone(),
             run_id: Some(self.run_id.clone()),
-            metadata: metadata.clone(),
+            metadata,
             writes: cp.writes,
             state: cp.state.clone(),
             next: cp.next.clone(),
-            tasks: tasks.clone(),
+            tasks,
         };
         let id = self
             .app
@@ -226,7 +230,7 @@ impl RunObserver for Observer {
         if self.modes.values && changed {
             self.log.publish("values", to_bytes(&*cp.state));
         }
-        if self.modes.checkpoints || self.modes.debug {
+        if let Some((metadata, tasks)) = for_events {
             let task_json: Vec<Value> = tasks
                 .iter()
                 .map(|t| json!({"id": t.id, "name": t.name, "interrupts": t.interrupts, "state": null}))
