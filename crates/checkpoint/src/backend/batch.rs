@@ -101,7 +101,6 @@ fn dropped() -> DbErr {
 mod tests {
     use super::*;
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
     #[tokio::test]
@@ -115,52 +114,55 @@ mod tests {
         assert_eq!(r.ok(), Some(14));
     }
 
+    type Log<T> = Arc<Mutex<Vec<Vec<T>>>>;
+
+    /// Spawns a submit of `item` whose batch execution records its items in `log`, takes
+    /// 5 ms and answers each item with `answer`.
+    fn spawn_recorded<T, R>(
+        b: &Arc<Batcher<T, R>>,
+        item: T,
+        log: &Log<T>,
+        answer: fn(&T) -> R,
+    ) -> tokio::task::JoinHandle<DbResult<R>>
+    where
+        T: Clone + Send + Sync + 'static,
+        R: Send + 'static,
+    {
+        let (b, log) = (b.clone(), log.clone());
+        tokio::spawn(async move {
+            b.submit(item, |items| {
+                let log = log.clone();
+                async move {
+                    log.lock().unwrap().push(items.clone());
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    items.iter().map(|i| Ok(answer(i))).collect()
+                }
+            })
+            .await
+        })
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_writes_share_batches_and_each_gets_its_own_result() {
         let b: Arc<Batcher<u32, u32>> = Arc::new(Batcher::new(1, 64, 1 << 20, |_| 1));
-        let batches = Arc::new(AtomicUsize::new(0));
-        let mut tasks = Vec::new();
-        for i in 0..40u32 {
-            let b = b.clone();
-            let batches = batches.clone();
-            tasks.push(tokio::spawn(async move {
-                b.submit(i, |items| {
-                    let batches = batches.clone();
-                    async move {
-                        batches.fetch_add(1, Ordering::SeqCst);
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                        items.iter().map(|i| Ok(i + 1000)).collect()
-                    }
-                })
-                .await
-            }));
-        }
+        let log: Log<u32> = Arc::default();
+        let tasks: Vec<_> = (0..40u32)
+            .map(|i| spawn_recorded(&b, i, &log, |i| i + 1000))
+            .collect();
         for (i, t) in tasks.into_iter().enumerate() {
             assert_eq!(t.await.unwrap().ok(), Some(i as u32 + 1000));
         }
-        let n = batches.load(Ordering::SeqCst);
+        let n = log.lock().unwrap().len();
         assert!(n < 40, "40 writes took {n} batches");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn batches_respect_the_count_and_size_limits() {
         let b: Arc<Batcher<usize, ()>> = Arc::new(Batcher::new(1, 3, 100, |w| *w));
-        let sizes = Arc::new(Mutex::new(Vec::new()));
+        let sizes: Log<usize> = Arc::default();
         let mut tasks = Vec::new();
         for w in [10, 10, 10, 10, 60, 60, 500, 1] {
-            let b = b.clone();
-            let sizes = sizes.clone();
-            tasks.push(tokio::spawn(async move {
-                b.submit(w, |items| {
-                    let sizes = sizes.clone();
-                    async move {
-                        sizes.lock().unwrap().push(items.clone());
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                        items.iter().map(|_| Ok(())).collect()
-                    }
-                })
-                .await
-            }));
+            tasks.push(spawn_recorded(&b, w, &sizes, |_| ()));
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         for t in tasks {

@@ -708,6 +708,22 @@ mod tests {
         handle
     }
 
+    /// A database whose writer is held by an open transaction that inserted "a".
+    async fn writer_holding_a(urgent: bool) -> (tempfile::TempDir, Arc<Lite>, LiteTx) {
+        let (dir, lite) = db().await;
+        let lite = Arc::new(lite);
+        let mut a = lite.begin(urgent).await.unwrap();
+        a.run(insert("a")).unwrap();
+        (dir, lite, a)
+    }
+
+    /// Queues a write of "b" behind the held writer.
+    async fn queue_write_b(
+        lite: &Arc<Lite>,
+    ) -> tokio::task::JoinHandle<DbResult<(Vec<LiteRow>, u64)>> {
+        spawn_queued(lite, |lite| async move { lite.write(insert("b")).await }).await
+    }
+
     fn count(lite: &Lite, k: &str) -> i64 {
         lite.read_opt(Sql::new("SELECT COUNT(*) AS n FROM t WHERE k = $1").bind(k))
             .unwrap()
@@ -772,11 +788,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_member_commits_the_group_itself_when_its_committer_vanishes() {
-        let (_dir, lite) = db().await;
-        let lite = Arc::new(lite);
-        let mut a = lite.begin(false).await.unwrap();
-        a.run(insert("a")).unwrap();
-        let b = spawn_queued(&lite, |lite| async move { lite.write(insert("b")).await }).await;
+        let (_dir, lite, a) = writer_holding_a(false).await;
+        let b = queue_write_b(&lite).await;
         let commit = a.commit();
         tokio::pin!(commit);
         // `a` sees `b` waiting, hands the writer on and waits for the group's commit…
@@ -794,11 +807,8 @@ mod tests {
 
     #[tokio::test]
     async fn an_urgent_transaction_commits_without_waiting_for_queued_writes() {
-        let (_dir, lite) = db().await;
-        let lite = Arc::new(lite);
-        let mut a = lite.begin(true).await.unwrap();
-        a.run(insert("a")).unwrap();
-        let b = spawn_queued(&lite, |lite| async move { lite.write(insert("b")).await }).await;
+        let (_dir, lite, a) = writer_holding_a(true).await;
+        let b = queue_write_b(&lite).await;
         let commit = a.commit();
         tokio::pin!(commit);
         // Committed at once, with `b` still queued (it has not run since).
@@ -814,13 +824,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_group_the_database_rolled_back_is_not_joined() {
-        let (_dir, lite) = db().await;
-        let lite = Arc::new(lite);
-        let mut a = lite.begin(false).await.unwrap();
-        a.run(insert("a")).unwrap();
+        let (_dir, lite, mut a) = writer_holding_a(false).await;
         // What SQLite does on some errors (disk full, I/O): the transaction is gone.
         a.run(Sql::new("ROLLBACK")).unwrap();
-        let b = spawn_queued(&lite, |lite| async move { lite.write(insert("b")).await }).await;
+        let b = queue_write_b(&lite).await;
         assert!(a.commit().await.is_err());
         // `b` starts a new group instead of writing outside any transaction and then
         // being told its (long gone) group failed.
