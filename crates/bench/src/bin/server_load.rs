@@ -10,6 +10,13 @@
 //! ```text
 //! cargo build --release -p fawn -p fawn-testkit -p fawn-bench
 //! target/release/server_load            # [--quick] [--sqlite-only | --pg-only]
+//! target/release/server_load --sqlite-only --only wait:1:2000 --only stream:16:4000
+//! ```
+//!
+//! `--only MODE:CONCURRENCY:RUNS` (repeatable) runs just those loads on one server, after a
+//! warm-up of 200 runs, and skips the RSS measurements: for profiling and A/B comparisons.
+//!
+//! ```text
 //! ```
 
 use anyhow::{Context, Result, bail};
@@ -381,6 +388,36 @@ async fn threads_rss(server: &Server, count: usize) -> Result<f64> {
     rss_mb(server.pid)
 }
 
+/// One `--only MODE:CONCURRENCY:RUNS` load.
+fn parse_only(spec: &str) -> Result<(Mode, usize, usize)> {
+    let parts: Vec<&str> = spec.split(':').collect();
+    let [mode, c, n] = parts.as_slice() else {
+        bail!("--only wants MODE:CONCURRENCY:RUNS, got {spec:?}");
+    };
+    let mode = match *mode {
+        "wait" => Mode::Wait,
+        "stream" => Mode::Stream,
+        other => bail!("unknown mode {other:?} (wait or stream)"),
+    };
+    Ok((mode, c.parse()?, n.parse()?))
+}
+
+/// Just the `--only` loads on one warmed-up server.
+async fn bench_only(
+    name: &str,
+    mock_url: &str,
+    pg: Option<&str>,
+    only: &[(Mode, usize, usize)],
+) -> Result<()> {
+    println!("== {name}");
+    let server = start_server(mock_url, pg).await?;
+    load(&server, Mode::Wait, 16, 200).await?;
+    for (mode, c, n) in only {
+        load(&server, *mode, *c, *n).await?;
+    }
+    stop_server(server).await
+}
+
 async fn bench_backend(name: &str, mock_url: &str, pg: Option<&str>, quick: bool) -> Result<()> {
     println!("== {name}");
     let server = start_server(mock_url, pg).await?;
@@ -410,17 +447,29 @@ async fn main() -> Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
     let sqlite_only = args.iter().any(|a| a == "--sqlite-only");
     let pg_only = args.iter().any(|a| a == "--pg-only");
+    let only = args
+        .windows(2)
+        .filter(|w| w[0] == "--only")
+        .map(|w| parse_only(&w[1]))
+        .collect::<Result<Vec<_>>>()?;
     let (_mock, mock_url) = start_mock()?;
     println!("mock LLM at {mock_url}");
     if !pg_only {
-        bench_backend("sqlite", &mock_url, None, quick).await?;
+        if only.is_empty() {
+            bench_backend("sqlite", &mock_url, None, quick).await?;
+        } else {
+            bench_only("sqlite", &mock_url, None, &only).await?;
+        }
     }
     if !sqlite_only {
         let pg = std::env::var("BENCH_DATABASE_URL")
             .or_else(|_| std::env::var("TEST_DATABASE_URL"))
             .ok();
         match pg {
-            Some(url) => bench_backend("postgres", &mock_url, Some(&url), quick).await?,
+            Some(url) if only.is_empty() => {
+                bench_backend("postgres", &mock_url, Some(&url), quick).await?
+            }
+            Some(url) => bench_only("postgres", &mock_url, Some(&url), &only).await?,
             None => println!("== postgres: skipped (set BENCH_DATABASE_URL)"),
         }
     }
