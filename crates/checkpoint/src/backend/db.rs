@@ -585,11 +585,18 @@ pub(crate) struct Db {
 
 fn migrator(dialect: Dialect) -> Migrator {
     let files: &[(i64, &'static str, &'static str)] = match dialect {
-        Dialect::Sqlite => &[(
-            1,
-            "init",
-            include_str!("../../../../migrations/sqlite/0001_init.sql"),
-        )],
+        Dialect::Sqlite => &[
+            (
+                1,
+                "init",
+                include_str!("../../../../migrations/sqlite/0001_init.sql"),
+            ),
+            (
+                2,
+                "drop checkpoints_parent",
+                include_str!("../../../../migrations/sqlite/0002_drop_checkpoints_parent.sql"),
+            ),
+        ],
         Dialect::Postgres => &[
             (
                 1,
@@ -610,6 +617,11 @@ fn migrator(dialect: Dialect) -> Migrator {
                 4,
                 "create run function",
                 include_str!("../../../../migrations/postgres/0004_create_run_function.sql"),
+            ),
+            (
+                5,
+                "drop checkpoints_parent",
+                include_str!("../../../../migrations/postgres/0005_drop_checkpoints_parent.sql"),
             ),
         ],
     };
