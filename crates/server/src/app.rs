@@ -533,7 +533,9 @@ impl Application {
         let router = crate::routes::router(state.clone());
         let token = state.shutdown.clone();
         let signals = tokio::spawn(wait_for_signal(token.clone()));
-        let result = axum::serve(self.listener, router)
+        // `into_make_service` resolves the routes' state once; serving the `Router` itself
+        // would redo that (cloning the whole route table) for every accepted connection.
+        let result = axum::serve(self.listener, router.into_make_service())
             .with_graceful_shutdown(token.cancelled_owned())
             .await;
         signals.abort();
