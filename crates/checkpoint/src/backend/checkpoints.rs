@@ -104,6 +104,14 @@ async fn load_states(
             );
         }
     }
+    // The chain query is one statement, so what it returns is consistent: a checkpoint it
+    // found has its ancestors (a rollback gives survivors a snapshot before it deletes their
+    // ancestors). A target the caller read by an earlier statement can still be gone.
+    if let Some(gone) = seeds.iter().find(|s| !rows.contains_key(**s)) {
+        return Err(DbErr::Vanished(format!(
+            "checkpoint {gone} was deleted while it was read"
+        )));
+    }
     reconstruct(targets, &rows, known).map_err(DbErr::corrupt)
 }
 

@@ -59,6 +59,9 @@ pub(crate) enum DbErr {
     /// [`lite`]), or the Postgres batch it was part of failed or was abandoned (see
     /// [`super::batch`]); the write may be retried.
     GroupFailed(String),
+    /// A read made of several statements found a row gone that an earlier statement of it
+    /// returned (a rollback or delete committed in between); the read may be retried.
+    Vanished(String),
 }
 
 pub(crate) type DbResult<T> = std::result::Result<T, DbErr>;
@@ -106,7 +109,7 @@ impl DbErr {
                 .as_database_error()
                 .is_some_and(|d| d.is_unique_violation()),
             DbErr::Lite(e) => lite::is_unique_violation(e),
-            DbErr::Store(_) | DbErr::GroupFailed(_) => false,
+            DbErr::Store(_) | DbErr::GroupFailed(_) | DbErr::Vanished(_) => false,
         }
     }
 
@@ -116,7 +119,7 @@ impl DbErr {
         let e = match self {
             DbErr::Sql(e) => e,
             DbErr::Lite(e) => return lite::is_transient(e),
-            DbErr::GroupFailed(_) => return true,
+            DbErr::GroupFailed(_) | DbErr::Vanished(_) => return true,
             DbErr::Store(_) => return false,
         };
         match e {
@@ -157,6 +160,9 @@ impl DbErr {
             DbErr::Lite(e) => StoreError::Database(e.to_string()),
             DbErr::GroupFailed(msg) => {
                 StoreError::Database(format!("the write could not be committed: {msg}"))
+            }
+            DbErr::Vanished(msg) => {
+                StoreError::Database(format!("the data changed while it was read: {msg}"))
             }
         }
     }
