@@ -115,6 +115,15 @@ pub trait CheckpointStore: Send + Sync {
     /// Persists a checkpoint (its writes, plus a snapshot when the policy says so) and
     /// returns its id, which sorts after every earlier checkpoint id of the thread.
     async fn put_checkpoint(&self, checkpoint: NewCheckpoint) -> Result<String>;
+
+    /// Persists a chain of checkpoints of one thread: the first under its `parent_id`, each
+    /// later one as the child of the one before (its own `parent_id` is ignored). Returns
+    /// their ids in order. The SQL backends write a chain whole or not at all, in one
+    /// commit; this default writes one checkpoint after another and stops at the first
+    /// error.
+    async fn put_checkpoints(&self, chain: Vec<NewCheckpoint>) -> Result<Vec<String>> {
+        put_in_sequence(self, chain).await
+    }
     /// The checkpoint with `checkpoint_id`, or the latest one of the namespace when `None`,
     /// with its full state reconstructed.
     async fn get_checkpoint(
@@ -156,6 +165,22 @@ pub trait CheckpointStore: Send + Sync {
         checkpoint_ns: &str,
         checkpoint_id: &str,
     ) -> Result<Vec<PendingWrite>>;
+}
+
+/// Writes a chain of checkpoints one after another, each after the first as the child of the
+/// one before; stops at the first error (the default [`CheckpointStore::put_checkpoints`]).
+pub async fn put_in_sequence<S: CheckpointStore + ?Sized>(
+    store: &S,
+    chain: Vec<NewCheckpoint>,
+) -> Result<Vec<String>> {
+    let mut ids: Vec<String> = Vec::with_capacity(chain.len());
+    for mut checkpoint in chain {
+        if let Some(previous) = ids.last() {
+            checkpoint.parent_id = Some(previous.clone());
+        }
+        ids.push(store.put_checkpoint(checkpoint).await?);
+    }
+    Ok(ids)
 }
 
 /// Runs: the durable run queue.

@@ -304,6 +304,47 @@ fn row_args(sql: Sql, p: &Prepared, now: chrono::DateTime<chrono::Utc>) -> Sql {
         .arg(Arg::ts(now))
 }
 
+/// Reads a checkpoint's id back: an insert that found a conflict was this very insert,
+/// committed before a retry, when the row is there.
+fn stored_sql(p: &Prepared) -> Sql {
+    Sql::new(concat!(
+        "SELECT checkpoint_id FROM checkpoints WHERE thread_id = $1 ",
+        "AND checkpoint_ns = $2 AND checkpoint_id = $3"
+    ))
+    .bind(p.thread_id.as_str())
+    .bind(p.ns.as_str())
+    .bind(p.id.as_str())
+}
+
+fn parent_missing(p: &Prepared) -> DbErr {
+    DbErr::not_found(format!(
+        "Parent checkpoint {} not found",
+        p.parent_id.as_deref().unwrap_or_default()
+    ))
+}
+
+/// The columns of an inserted checkpoint row, in [`row_args`] order.
+const CHECKPOINT_ROW: &str = "thread_id, checkpoint_ns, checkpoint_id, parent_id, run_id, \
+     metadata, writes, snapshot, snap_bytes, delta_bytes, next, tasks, created_at";
+
+/// Postgres: the arguments and the `($1, …), (…)` list of a multi-row checkpoint insert.
+fn values_of<'a>(rows: impl Iterator<Item = &'a Prepared>) -> (Vec<Arg>, String) {
+    let now = ids::now();
+    let mut args = Vec::new();
+    let mut values = Vec::new();
+    for p in rows {
+        let base = args.len();
+        let sql = Sql::new("")
+            .bind(p.thread_id.as_str())
+            .bind(p.ns.as_str())
+            .bind(p.id.as_str());
+        args.extend(row_args(sql, p, now).into_args());
+        let ps: Vec<String> = (base + 1..=args.len()).map(|i| format!("${i}")).collect();
+        values.push(format!("({})", ps.join(", ")));
+    }
+    (args, values.join(", "))
+}
+
 /// Postgres gathers concurrent checkpoint inserts (of different runs) into shared
 /// statements: at most 4 in flight, 64 rows or 4 MiB each.
 pub(super) fn insert_batcher() -> Batcher<Arc<Prepared>, bool> {
@@ -348,32 +389,100 @@ impl SqlStore {
             }
         };
         if !inserted && p.parent_id.is_some() {
-            let exists = self
-                .db
-                .read_opt(
-                    Sql::new(concat!(
-                        "SELECT checkpoint_id FROM checkpoints WHERE thread_id = $1 ",
-                        "AND checkpoint_ns = $2 AND checkpoint_id = $3"
-                    ))
-                    .bind(p.thread_id.as_str())
-                    .bind(p.ns.as_str())
-                    .bind(p.id.as_str()),
-                )
-                .await?
-                .is_some();
+            let exists = self.db.read_opt(stored_sql(p)).await?.is_some();
             if !exists {
-                return Err(DbErr::not_found(format!(
-                    "Parent checkpoint {} not found",
-                    p.parent_id.as_deref().unwrap_or_default()
-                )));
+                return Err(parent_missing(p));
             }
         }
         Ok(())
     }
 
+    /// SQLite: inserts a prepared chain (each row the child of the one before) in one
+    /// transaction, all or nothing.
+    async fn insert_chain_once(&self, chain: &[Prepared]) -> DbResult<()> {
+        let mut tx = self.db.begin().await?;
+        for p in chain {
+            let inserted = tx.exec(self.insert_sql(p)).await? > 0;
+            if !inserted && p.parent_id.is_some() && tx.opt(stored_sql(p)).await?.is_none() {
+                return Err(parent_missing(p));
+            }
+        }
+        tx.commit().await
+    }
+
+    /// Postgres: inserts a prepared chain with one statement, all or nothing: only while the
+    /// first row's parent exists (key-share locked until commit); the later rows' parents
+    /// are rows of the same statement.
+    async fn insert_chain_pg_once(&self, chain: &[Prepared]) -> DbResult<()> {
+        let Some(first) = chain.first() else {
+            return Ok(());
+        };
+        let (mut args, values) = values_of(chain.iter());
+        let guard = match &first.parent_id {
+            None => String::new(),
+            Some(parent) => {
+                let n = args.len();
+                args.extend(
+                    Sql::new("")
+                        .bind(first.thread_id.as_str())
+                        .bind(first.ns.as_str())
+                        .bind(parent.as_str())
+                        .into_args(),
+                );
+                format!(
+                    "WHERE EXISTS (SELECT 1 FROM checkpoints p WHERE p.thread_id = ${} \
+                     AND p.checkpoint_ns = ${} AND p.checkpoint_id = ${} FOR KEY SHARE)",
+                    n + 1,
+                    n + 2,
+                    n + 3
+                )
+            }
+        };
+        let text = format!(
+            "WITH v ({CHECKPOINT_ROW}) AS (VALUES {values}) \
+             INSERT INTO checkpoints ({CHECKPOINT_ROW}) SELECT * FROM v {guard} \
+             ON CONFLICT DO NOTHING"
+        );
+        let inserted = self.db.write_exec(Sql::dynamic(text, args)).await?;
+        if inserted == 0
+            && first.parent_id.is_some()
+            && self.db.read_opt(stored_sql(first)).await?.is_none()
+        {
+            return Err(parent_missing(first));
+        }
+        Ok(())
+    }
+
+    /// The cached (or stored) parent of a new checkpoint and its snapshot accounting.
+    async fn parent_of(
+        &self,
+        thread_id: &str,
+        ns: &str,
+        parent_id: Option<&str>,
+    ) -> Result<(Option<Cached>, Option<Accounting>)> {
+        Ok(match parent_id {
+            None => (None, None),
+            Some(pid) => match self.cache.get(thread_id, ns, pid) {
+                Some(c) => {
+                    let acc = c.accounting.clone();
+                    (Some(c), Some(acc))
+                }
+                None => (
+                    None,
+                    Some(retry!(self.parent_accounting_once(thread_id, ns, pid))?),
+                ),
+            },
+        })
+    }
+
     /// Inserts one checkpoint; false when nothing was inserted (its parent is gone, or
     /// this very insert already committed before a retry).
     async fn insert_one(&self, p: &Prepared) -> DbResult<bool> {
+        Ok(self.db.write_exec(self.insert_sql(p)).await? > 0)
+    }
+
+    /// The statement inserting one checkpoint.
+    fn insert_sql(&self, p: &Prepared) -> Sql {
         // With a parent, insert only while the parent exists (Postgres: holding a key-share
         // lock on it until commit), so a write racing a rollback of the parent's run fails
         // instead of leaving a delta that cannot be replayed. `ON CONFLICT DO NOTHING`: ids
@@ -405,8 +514,7 @@ impl SqlStore {
             .bind(p.thread_id.as_str())
             .bind(p.ns.as_str())
             .bind(p.id.as_str());
-        let inserted = self.db.write_exec(row_args(sql, p, ids::now())).await?;
-        Ok(inserted > 0)
+        row_args(sql, p, ids::now())
     }
 
     /// Postgres: inserts a batch of checkpoints (of different runs, gathered by
@@ -416,29 +524,14 @@ impl SqlStore {
         if let [one] = rows.as_slice() {
             return vec![self.insert_one(one).await];
         }
-        let now = ids::now();
-        let mut args = Vec::with_capacity(rows.len() * 13);
-        let mut values = Vec::with_capacity(rows.len());
-        for p in &rows {
-            let base = args.len();
-            let sql = Sql::new("")
-                .bind(p.thread_id.as_str())
-                .bind(p.ns.as_str())
-                .bind(p.id.as_str());
-            args.extend(row_args(sql, p, now).into_args());
-            let ps: Vec<String> = (base + 1..=args.len()).map(|i| format!("${i}")).collect();
-            values.push(format!("({})", ps.join(", ")));
-        }
+        let (args, values) = values_of(rows.iter().map(|p| &**p));
         let text = format!(
-            "WITH v (thread_id, checkpoint_ns, checkpoint_id, parent_id, run_id, metadata, \
-             writes, snapshot, snap_bytes, delta_bytes, next, tasks, created_at) AS (VALUES {}) \
-             INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, \
-             run_id, metadata, writes, snapshot, snap_bytes, delta_bytes, next, tasks, created_at) \
+            "WITH v ({CHECKPOINT_ROW}) AS (VALUES {values}) \
+             INSERT INTO checkpoints ({CHECKPOINT_ROW}) \
              SELECT * FROM v WHERE v.parent_id IS NULL OR EXISTS (SELECT 1 FROM checkpoints p \
              WHERE p.thread_id = v.thread_id AND p.checkpoint_ns = v.checkpoint_ns \
              AND p.checkpoint_id = v.parent_id FOR KEY SHARE) \
-             ON CONFLICT DO NOTHING RETURNING thread_id, checkpoint_id",
-            values.join(", ")
+             ON CONFLICT DO NOTHING RETURNING thread_id, checkpoint_id"
         );
         match self.db.write_all(Sql::dynamic(text, args)).await {
             Ok(returned) => {
@@ -800,19 +893,9 @@ impl CheckpointStore for SqlStore {
     async fn put_checkpoint(&self, checkpoint: NewCheckpoint) -> Result<String> {
         let thread_id = checkpoint.thread_id.as_str();
         let ns = checkpoint.checkpoint_ns.as_str();
-        let (parent, parent_accounting) = match &checkpoint.parent_id {
-            None => (None, None),
-            Some(pid) => match self.cache.get(thread_id, ns, pid) {
-                Some(c) => {
-                    let acc = c.accounting.clone();
-                    (Some(c), Some(acc))
-                }
-                None => (
-                    None,
-                    Some(retry!(self.parent_accounting_once(thread_id, ns, pid))?),
-                ),
-            },
-        };
+        let (parent, parent_accounting) = self
+            .parent_of(thread_id, ns, checkpoint.parent_id.as_deref())
+            .await?;
         let mut prepared = self
             .prepare(&checkpoint, parent.as_ref(), parent_accounting)
             .map_err(super::db::DbErr::into_store)?;
@@ -841,6 +924,63 @@ impl CheckpointStore for SqlStore {
             },
         );
         Ok(prepared.id.clone())
+    }
+
+    /// A chain is written whole or not at all: on SQLite in one transaction (one commit, one
+    /// set of WAL pages, instead of one per checkpoint), on Postgres as one statement (one
+    /// round trip instead of one per checkpoint).
+    async fn put_checkpoints(&self, mut chain: Vec<NewCheckpoint>) -> Result<Vec<String>> {
+        let single_thread = chain
+            .windows(2)
+            .all(|w| w[0].thread_id == w[1].thread_id && w[0].checkpoint_ns == w[1].checkpoint_ns);
+        if chain.len() < 2 || !single_thread {
+            return crate::put_in_sequence(self, chain).await;
+        }
+        let thread_id = chain[0].thread_id.clone();
+        let ns = chain[0].checkpoint_ns.clone();
+        let mut previous = chain[0].parent_id.clone();
+        let (mut parent, mut accounting) =
+            self.parent_of(&thread_id, &ns, previous.as_deref()).await?;
+        let mut prepared = Vec::with_capacity(chain.len());
+        for cp in chain.iter_mut() {
+            cp.parent_id = previous.clone();
+            let mut p = self
+                .prepare(cp, parent.as_ref(), accounting)
+                .map_err(super::db::DbErr::into_store)?;
+            let after = match (previous.clone(), self.cache.cached_id(&thread_id, &ns)) {
+                (Some(p), Some(c)) => Some(p.max(c)),
+                (p, c) => p.or(c),
+            };
+            p.id = checkpoint_id_after(after.as_deref());
+            previous = Some(p.id.clone());
+            accounting = Some(p.accounting.clone());
+            parent = Some(Cached {
+                checkpoint_id: p.id.clone(),
+                state: Held::Weak(Arc::downgrade(&cp.state)),
+                accounting: p.accounting.clone(),
+            });
+            prepared.push(p);
+        }
+        match self.dialect() {
+            Dialect::Sqlite => retry!(self.insert_chain_once(&prepared))?,
+            Dialect::Postgres => retry!(self.insert_chain_pg_once(&prepared))?,
+        }
+        if let (Some(last_cp), Some(last)) = (chain.last(), prepared.last()) {
+            self.cache.put(
+                &thread_id,
+                &ns,
+                Cached {
+                    checkpoint_id: last.id.clone(),
+                    state: if ends_a_run(last_cp) {
+                        Held::Strong(last_cp.state.clone())
+                    } else {
+                        Held::Weak(Arc::downgrade(&last_cp.state))
+                    },
+                    accounting: last.accounting.clone(),
+                },
+            );
+        }
+        Ok(prepared.into_iter().map(|p| p.id).collect())
     }
 
     async fn get_checkpoint(

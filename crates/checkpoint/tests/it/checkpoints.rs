@@ -14,6 +14,7 @@ conformance!(store:
     pending_writes_by_task,
     writes_without_ids_are_stored_exactly,
     concurrent_chains_with_rollbacks_stay_readable,
+    chains_link_in_order_and_fail_whole,
 );
 
 async fn checkpoint_round_trip(db: Arc<dyn Persistence>) {
@@ -671,4 +672,93 @@ async fn concurrent_chains_round(db: &Arc<dyn Persistence>) {
         assert_eq!(*latest.state, last_state);
         assert_eq!(latest.state.messages.len(), STEPS);
     }
+}
+
+/// `put_checkpoints`: each checkpoint of a chain is the child of the one before (whatever
+/// parent it names), ids sort in order, every state reads back; a chain whose first parent
+/// is missing writes nothing.
+async fn chains_link_in_order_and_fail_whole(db: Arc<dyn Persistence>) {
+    let thread = new_id();
+    let (root, root_state) = put_step(
+        &*db,
+        &thread,
+        None,
+        Some("run-1"),
+        json!({"source": "input"}),
+        vec![("input", say("m0", "hello"))],
+    )
+    .await;
+    let mut states = Vec::new();
+    let mut chain = Vec::new();
+    let mut state = root_state.clone();
+    for i in 1..=4 {
+        let mut w = vec![say(&format!("m{i}"), &format!("step {i}"))];
+        state = crate::support::step(&state, &mut w);
+        states.push(state.clone());
+        chain.push(NewCheckpoint {
+            thread_id: thread.clone(),
+            checkpoint_ns: String::new(),
+            // Ignored after the first.
+            parent_id: Some(if i == 1 { root.clone() } else { "bogus".into() }),
+            run_id: Some("run-1".into()),
+            metadata: obj(json!({"source": "loop", "step": i})),
+            writes: vec![(format!("node{i}"), w.remove(0))],
+            state: Arc::new(state.clone()),
+            next: if i == 4 { vec![] } else { vec!["next".into()] },
+            tasks: vec![],
+        });
+    }
+    let ids = db.put_checkpoints(chain).await.unwrap();
+    assert_eq!(ids.len(), 4);
+    let mut parent = root.clone();
+    for (id, state) in ids.iter().zip(&states) {
+        assert!(*id > parent, "{id} sorts after {parent}");
+        let got = db
+            .get_checkpoint(&thread, "", Some(id))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.parent_id.as_deref(), Some(parent.as_str()));
+        assert_eq!(*got.state, *state);
+        parent = id.clone();
+    }
+    let latest = db.get_checkpoint(&thread, "", None).await.unwrap().unwrap();
+    assert_eq!(latest.checkpoint_id, ids[3]);
+    assert_eq!(
+        db.list_checkpoints(&thread, &HistoryQuery::default())
+            .await
+            .unwrap()
+            .len(),
+        5
+    );
+
+    // A chain under a parent that does not exist: an error, and nothing of it is stored.
+    let ghost = new_checkpoint_id();
+    let orphans = (0..3)
+        .map(|i| NewCheckpoint {
+            thread_id: thread.clone(),
+            checkpoint_ns: String::new(),
+            parent_id: Some(ghost.clone()),
+            run_id: Some("run-2".into()),
+            metadata: obj(json!({"source": "loop", "step": 10 + i})),
+            writes: vec![],
+            state: Arc::new(state.clone()),
+            next: vec![],
+            tasks: vec![],
+        })
+        .collect();
+    let err = db.put_checkpoints(orphans).await.unwrap_err();
+    assert_eq!(
+        err,
+        StoreError::NotFound(format!("Parent checkpoint {ghost} not found"))
+    );
+    assert_eq!(
+        db.list_checkpoints(&thread, &HistoryQuery::default())
+            .await
+            .unwrap()
+            .len(),
+        5
+    );
+    let latest = db.get_checkpoint(&thread, "", None).await.unwrap().unwrap();
+    assert_eq!(latest.checkpoint_id, ids[3]);
 }
