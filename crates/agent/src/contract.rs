@@ -167,9 +167,11 @@ pub struct ObserverError(pub String);
 /// Receives a run's events and persists its checkpoints.
 #[async_trait]
 pub trait RunObserver: EventSink {
-    /// Persists a checkpoint and returns its id. Returns only once it is durable enough for
-    /// the run's `durability`; the agent does not start the next step before that.
-    async fn checkpoint(&self, checkpoint: StepCheckpoint) -> Result<String, ObserverError>;
+    /// Persists a checkpoint, or queues it behind the run's earlier ones. Returns once it is
+    /// durable enough for the run's `durability` (`sync`: written; `async`: queued, written
+    /// while the next step runs); the agent does not start the next step before that. An
+    /// error of a queued write surfaces at a later call or when the run ends.
+    async fn checkpoint(&self, checkpoint: StepCheckpoint) -> Result<(), ObserverError>;
 }
 
 /// How a run ended.

@@ -159,7 +159,7 @@ impl EventSink for MemoryStore {
 
 #[async_trait]
 impl RunObserver for MemoryStore {
-    async fn checkpoint(&self, c: StepCheckpoint) -> Result<String, ObserverError> {
+    async fn checkpoint(&self, c: StepCheckpoint) -> Result<(), ObserverError> {
         let is_tools = c.writes.first().is_some_and(|(n, _)| n == "tools");
         if self.keep_state
             && let Ok(mut l) = self.latest.lock()
@@ -171,7 +171,6 @@ impl RunObserver for MemoryStore {
             .lock()
             .map_err(|_| ObserverError("poisoned".into()))?;
         rows.push((c.step, c.source.as_str(), c.writes, c.next));
-        let id = rows.len();
         drop(rows);
         if is_tools {
             let now = Instant::now();
@@ -180,7 +179,7 @@ impl RunObserver for MemoryStore {
                 e.push((now, model));
             }
         }
-        Ok(format!("{id}"))
+        Ok(())
     }
 }
 

@@ -588,15 +588,20 @@ async fn run_attempt(app: &AppState, run: &Run, active: &Arc<ActiveRun>) {
             return;
         }
     };
-    let observer = Arc::new(Observer::new(
-        app.clone(),
-        log.clone(),
-        run.thread_id.clone(),
-        run.run_id.clone(),
-        Modes::from_kwargs(kw),
-        checkpoint_meta(run, &graph_id),
-        spec.start.checkpoint_id.clone(),
-    ));
+    let observer = Arc::new(
+        Observer::new(
+            app.clone(),
+            log.clone(),
+            run.thread_id.clone(),
+            run.run_id.clone(),
+            Modes::from_kwargs(kw),
+            checkpoint_meta(run, &graph_id),
+            spec.start.checkpoint_id.clone(),
+        )
+        // `exit` (write only at the end) is served as `async`: every step is still written,
+        // none is waited for.
+        .queue_writes(kw_str(kw, "durability") != Some("sync")),
+    );
     if spec.input.is_none() && spec.start.checkpoint_id.is_some() {
         observer.resuming_from(&spec.start.state);
     }
@@ -654,6 +659,19 @@ async fn complete(
     let kw = &run.kwargs;
     let modes = observer.modes();
     let reason = active.reason();
+    // Checkpoints still being written belong to this run: they land before anything reads
+    // the run's last checkpoint, rolls the run back or lets the thread's next run start.
+    let outcome = match (observer.flush().await, outcome) {
+        (Err(message), RunOutcome::Success { .. }) => RunOutcome::Error {
+            error: "CheckpointError".into(),
+            message,
+        },
+        (Err(message), outcome) => {
+            tracing::warn!(run_id = %run.run_id, error = %message, "a checkpoint of an ending run was not written");
+            outcome
+        }
+        (Ok(()), outcome) => outcome,
+    };
     let last = observer.last();
     let graph_id = kw_str(kw, "graph_id").unwrap_or_default().to_string();
     let mut thread_meta = Map::new();

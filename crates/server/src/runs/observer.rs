@@ -6,12 +6,13 @@ use crate::stream::RunLog;
 use async_trait::async_trait;
 use bytes::Bytes;
 use fawn_agent::{ObserverError, PendingTask, RunObserver, StepCheckpoint};
-use fawn_checkpoint::{JsonMap, NewCheckpoint, TaskRecord};
+use fawn_checkpoint::{JsonMap, NewCheckpoint, Persistence, TaskRecord};
 use fawn_state::{ChunkAccumulator, EventSink, Interrupt, StreamEvent, ThreadState};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use tokio::sync::watch;
 
 /// The stream modes a run asked for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -75,14 +76,140 @@ struct Inner {
 
 /// One run's observer.
 pub struct Observer {
-    app: AppState,
     log: Arc<RunLog>,
     thread_id: String,
     run_id: String,
     modes: Modes,
     /// Checkpoint metadata shared by every checkpoint of the run.
     base_meta: JsonMap,
-    inner: Mutex<Inner>,
+    /// Shared with the checkpoint writer, which advances the parent and the last checkpoint.
+    inner: Arc<Mutex<Inner>>,
+    /// `durability: async`: checkpoints are queued and written in order by a task of their
+    /// own while the next steps run, instead of before them.
+    queue_writes: bool,
+    queue: Arc<WriteQueue>,
+}
+
+/// What one checkpoint adds to the run's chain.
+struct Step {
+    metadata: JsonMap,
+    writes: Vec<(String, fawn_state::StateUpdate)>,
+    state: Arc<ThreadState>,
+    next: Vec<String>,
+    tasks: Vec<PendingTask>,
+    records: Vec<TaskRecord>,
+}
+
+/// Writes a run's checkpoints, each under the one before.
+struct ChainWriter {
+    store: Arc<dyn Persistence>,
+    inner: Arc<Mutex<Inner>>,
+    thread_id: String,
+    run_id: String,
+}
+
+impl ChainWriter {
+    /// Writes `steps` (one transaction on SQLite) under the run's current parent; the last
+    /// becomes the new parent. Returns `(id of the last, parent of the first)`.
+    async fn write(&self, steps: Vec<Step>) -> Result<(String, Option<String>), String> {
+        let parent_id = lock(&self.inner).parent_id.clone();
+        let mut chain = Vec::with_capacity(steps.len());
+        let mut last = None;
+        for step in steps {
+            chain.push(NewCheckpoint {
+                thread_id: self.thread_id.clone(),
+                checkpoint_ns: String::new(),
+                parent_id: parent_id.clone(),
+                run_id: Some(self.run_id.clone()),
+                metadata: step.metadata,
+                writes: step.writes,
+                state: step.state.clone(),
+                next: step.next.clone(),
+                tasks: step.records,
+            });
+            last = Some((step.state, step.next, step.tasks));
+        }
+        let ids = self
+            .store
+            .put_checkpoints(chain)
+            .await
+            .map_err(|e| e.to_string())?;
+        let (Some(id), Some((state, next, tasks))) = (ids.last(), last) else {
+            return Err("no checkpoint to write".to_string());
+        };
+        let mut g = lock(&self.inner);
+        g.parent_id = Some(id.clone());
+        g.last = Some(LastCheckpoint {
+            id: id.clone(),
+            state,
+            next,
+            tasks,
+        });
+        Ok((id.clone(), parent_id))
+    }
+}
+
+/// Checkpoints waiting to be written (`durability: async`). One task drains the queue at a
+/// time, writing what accumulated while it wrote the previous batch as one chain.
+struct WriteQueue {
+    writer: ChainWriter,
+    state: Mutex<Queued>,
+    /// Bumped whenever the draining task stops.
+    stopped: watch::Sender<u64>,
+}
+
+#[derive(Default)]
+struct Queued {
+    steps: Vec<Step>,
+    /// A task is draining `steps`.
+    draining: bool,
+    /// The first write that failed; nothing queued after it is written.
+    failed: Option<String>,
+}
+
+/// Marks the queue idle when the draining task ends, however it ends (a task dropped at
+/// shutdown or unwinding counts as a failure, so nobody waits for it forever).
+struct Draining {
+    queue: Arc<WriteQueue>,
+    finished: bool,
+}
+
+impl Drop for Draining {
+    fn drop(&mut self) {
+        {
+            let mut q = lock(&self.queue.state);
+            q.draining = false;
+            if !self.finished {
+                q.steps.clear();
+                q.failed
+                    .get_or_insert_with(|| "the checkpoint writer stopped".to_string());
+            }
+        }
+        self.queue.stopped.send_modify(|v| *v += 1);
+    }
+}
+
+async fn drain(queue: Arc<WriteQueue>) {
+    let mut guard = Draining {
+        queue: queue.clone(),
+        finished: false,
+    };
+    loop {
+        let steps = {
+            let mut q = lock(&queue.state);
+            if q.steps.is_empty() {
+                break;
+            }
+            std::mem::take(&mut q.steps)
+        };
+        if let Err(e) = queue.writer.write(steps).await {
+            let mut q = lock(&queue.state);
+            q.steps.clear();
+            q.failed = Some(e);
+            break;
+        }
+    }
+    guard.finished = true;
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -125,17 +252,55 @@ impl Observer {
         base_meta: JsonMap,
         parent_id: Option<String>,
     ) -> Observer {
+        let inner = Arc::new(Mutex::new(Inner {
+            parent_id,
+            ..Default::default()
+        }));
+        let (store, tid, rid) = (app.store.clone(), thread_id.clone(), run_id.clone());
         Observer {
-            app,
             log,
             thread_id,
             run_id,
             modes,
             base_meta,
-            inner: Mutex::new(Inner {
-                parent_id,
-                ..Default::default()
+            inner: inner.clone(),
+            queue_writes: false,
+            queue: Arc::new(WriteQueue {
+                writer: ChainWriter {
+                    store,
+                    inner,
+                    thread_id: tid,
+                    run_id: rid,
+                },
+                state: Mutex::new(Queued::default()),
+                stopped: watch::channel(0).0,
             }),
+        }
+    }
+
+    /// `durability: async` (LangGraph's default): each checkpoint is written while the next
+    /// step runs. Runs streaming `checkpoints` or `debug` events keep writing first, since
+    /// those events carry the new checkpoint's id.
+    pub fn queue_writes(mut self, on: bool) -> Observer {
+        self.queue_writes = on && !self.modes.checkpoints && !self.modes.debug;
+        self
+    }
+
+    /// Waits for every queued checkpoint write; the first error among them, if any. The
+    /// run's end calls this before it reads [`Observer::last`] or touches the run's
+    /// checkpoints.
+    pub async fn flush(&self) -> Result<(), String> {
+        let mut stopped = self.queue.stopped.subscribe();
+        loop {
+            {
+                let q = lock(&self.queue.state);
+                if !q.draining {
+                    return q.failed.clone().map_or(Ok(()), Err);
+                }
+            }
+            if stopped.changed().await.is_err() {
+                return Ok(());
+            }
         }
     }
 
@@ -186,47 +351,51 @@ impl Observer {
 
 #[async_trait]
 impl RunObserver for Observer {
-    async fn checkpoint(&self, cp: StepCheckpoint) -> Result<String, ObserverError> {
-        let parent_id = lock(&self.inner).parent_id.clone();
+    async fn checkpoint(&self, cp: StepCheckpoint) -> Result<(), ObserverError> {
         let mut metadata = self.base_meta.clone();
         metadata.insert("source".into(), json!(cp.source.as_str()));
         metadata.insert("step".into(), json!(cp.step));
         metadata.insert("parents".into(), json!({}));
-        let tasks = task_records(&cp.tasks);
+        let records = task_records(&cp.tasks);
         // LangGraph emits `values` only for supersteps that changed the state: the input
         // checkpoint, a fork copy and a `next`-only checkpoint carry no writes.
         let changed = !cp.writes.is_empty();
         // The `checkpoints` and `debug` events repeat the metadata and tasks; other modes do
         // not need copies of them.
-        let for_events =
-            (self.modes.checkpoints || self.modes.debug).then(|| (metadata.clone(), tasks.clone()));
-        let new = NewCheckpoint {
-            thread_id: self.thread_id.clone(),
-            checkpoint_ns: String::new(),
-            parent_id: parent_id.clone(),
-            run_id: Some(self.run_id.clone()),
+        let for_events = (self.modes.checkpoints || self.modes.debug)
+            .then(|| (metadata.clone(), records.clone()));
+        let step = Step {
             metadata,
             writes: cp.writes,
             state: cp.state.clone(),
             next: cp.next.clone(),
-            tasks,
+            tasks: cp.tasks,
+            records,
         };
-        let id = self
-            .app
-            .store
-            .put_checkpoint(new)
-            .await
-            .map_err(|e| ObserverError(e.to_string()))?;
-        {
-            let mut g = lock(&self.inner);
-            g.parent_id = Some(id.clone());
-            g.last = Some(LastCheckpoint {
-                id: id.clone(),
-                state: cp.state.clone(),
-                next: cp.next.clone(),
-                tasks: cp.tasks.clone(),
-            });
+        if self.queue_writes {
+            {
+                let mut q = lock(&self.queue.state);
+                // A queued write that failed fails the run now.
+                if let Some(e) = &q.failed {
+                    return Err(ObserverError(e.clone()));
+                }
+                q.steps.push(step);
+                if !q.draining {
+                    q.draining = true;
+                    tokio::spawn(drain(self.queue.clone()));
+                }
+            }
+            if self.modes.values && changed {
+                self.log.publish("values", to_bytes(&*cp.state));
+            }
+            return Ok(());
         }
+        let (id, parent_id) = self
+            .queue
+            .writer
+            .write(vec![step])
+            .await
+            .map_err(ObserverError)?;
         if self.modes.values && changed {
             self.log.publish("values", to_bytes(&*cp.state));
         }
@@ -264,7 +433,7 @@ impl RunObserver for Observer {
                 );
             }
         }
-        Ok(id)
+        Ok(())
     }
 }
 

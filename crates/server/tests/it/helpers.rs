@@ -62,6 +62,35 @@ impl TestDb {
     }
 }
 
+impl TestDb {
+    /// Runs SQL on the test's database behind the server's back (fault injection). On
+    /// Postgres `{schema}` in `sql` is replaced by the test's quoted schema.
+    pub async fn exec(&self, sql: &str) {
+        use sqlx::Connection;
+        match (&self.config, &self.pg) {
+            (BackendConfig::Sqlite { path }, _) => {
+                let url = format!("sqlite://{}", path.display());
+                let mut conn = sqlx::SqliteConnection::connect(&url).await.expect("sqlite");
+                sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string()))
+                    .execute(&mut conn)
+                    .await
+                    .expect("exec");
+                conn.close().await.expect("close");
+            }
+            (_, Some((url, schema))) => {
+                let mut conn = sqlx::PgConnection::connect(url).await.expect("postgres");
+                let sql = sql.replace("{schema}", &format!("\"{schema}\""));
+                sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                    .execute(&mut conn)
+                    .await
+                    .expect("exec");
+                conn.close().await.expect("close");
+            }
+            _ => panic!("no database to run SQL on"),
+        }
+    }
+}
+
 impl Drop for TestDb {
     fn drop(&mut self) {
         let Some((url, schema)) = self.pg.take() else {

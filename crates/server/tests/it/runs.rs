@@ -30,6 +30,7 @@ backends!(
     graph_errors_are_events_not_http_errors,
     thread_stream_multiplexes_runs,
     after_seconds_delays_the_start,
+    a_checkpoint_that_cannot_be_written_fails_the_run,
 );
 
 async fn stream_tool_calling_run(db: Db) {
@@ -1077,5 +1078,93 @@ async fn webhook_posts_the_finished_run() {
         )
         .await;
     assert_eq!(s, 422);
+    app.stop().await;
+}
+
+/// With `durability: async` (the default) a step's checkpoint is written while the next step
+/// runs. A write that fails still fails the run (here when the run ends), and the thread
+/// stays readable and usable: nothing after the failed checkpoint was written.
+async fn a_checkpoint_that_cannot_be_written_fails_the_run(db: Db) {
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    let tid = app.create_thread().await;
+    app.mock
+        .push(Turn::tool_call("sleep", json!({"ms": 600})))
+        .push(Turn::text("done"));
+    let (s, run) = app
+        .post_json(
+            &format!("/threads/{tid}/runs"),
+            json!({"assistant_id": "lead_agent", "input": user_input("nap")}),
+        )
+        .await;
+    assert_eq!(s, 200, "{run}");
+    let rid = run["run_id"].as_str().unwrap().to_string();
+    // The model's answer is stored (the checkpoint that schedules `tools`): the tool sleeps.
+    app.eventually("the agent step is stored", || async {
+        let (_, h) = app
+            .post_json(&format!("/threads/{tid}/history"), json!({"limit": 100}))
+            .await;
+        h[0]["next"] == json!(["tools"])
+    })
+    .await;
+    let (_, before) = app
+        .post_json(&format!("/threads/{tid}/history"), json!({"limit": 100}))
+        .await;
+    // While the tool sleeps, checkpoints can no longer be inserted.
+    let fail = match db {
+        Db::Sqlite => {
+            "CREATE TRIGGER fail_checkpoints BEFORE INSERT ON checkpoints \
+                       BEGIN SELECT RAISE(ABORT, 'injected checkpoint failure'); END"
+        }
+        Db::Postgres => {
+            "CREATE FUNCTION {schema}.fail_checkpoints() RETURNS trigger \
+                         LANGUAGE plpgsql AS $$ BEGIN \
+                         RAISE EXCEPTION 'injected checkpoint failure' USING ERRCODE = 'XX000'; \
+                         END $$; \
+                         CREATE TRIGGER fail_checkpoints BEFORE INSERT ON {schema}.checkpoints \
+                         FOR EACH ROW EXECUTE FUNCTION {schema}.fail_checkpoints()"
+        }
+    };
+    app.db.exec(fail).await;
+    let r = app.wait_run(&tid, &rid).await;
+    assert_eq!(r["status"], "error", "{r}");
+    let (s, v) = app
+        .get_json(&format!("/threads/{tid}/runs/{rid}/join"))
+        .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["__error__"]["error"], "CheckpointError", "{v}");
+    assert!(
+        v["__error__"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("injected checkpoint failure"),
+        "{v}"
+    );
+    // Nothing was written after the first failed checkpoint.
+    let (s, after) = app
+        .post_json(&format!("/threads/{tid}/history"), json!({"limit": 100}))
+        .await;
+    assert_eq!(s, 200, "{after}");
+    assert_eq!(after, before);
+
+    let unfail = match db {
+        Db::Sqlite => "DROP TRIGGER fail_checkpoints",
+        Db::Postgres => "DROP TRIGGER fail_checkpoints ON {schema}.checkpoints",
+    };
+    app.db.exec(unfail).await;
+    app.mock.push(Turn::text("awake again"));
+    let (s, v) = app
+        .post_json(
+            &format!("/threads/{tid}/runs/wait"),
+            json!({"assistant_id": "lead_agent", "input": user_input("again")}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let messages = v["messages"].as_array().unwrap();
+    assert_eq!(messages.last().unwrap()["content"], "awake again", "{v}");
+    let (s, state) = app.get_json(&format!("/threads/{tid}/state")).await;
+    assert_eq!(s, 200, "{state}");
+    assert_eq!(state["values"], v);
     app.stop().await;
 }
