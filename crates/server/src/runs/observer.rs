@@ -167,8 +167,8 @@ struct Queued {
     failed: Option<String>,
 }
 
-/// Marks the queue idle when the draining task ends, however it ends (a task dropped at
-/// shutdown or unwinding counts as a failure, so nobody waits for it forever).
+/// Tells waiters when the draining task ends, however it ends: a task dropped at shutdown
+/// or unwinding marks the queue idle and failed, so nobody waits for it forever.
 struct Draining {
     queue: Arc<WriteQueue>,
     finished: bool,
@@ -176,14 +176,12 @@ struct Draining {
 
 impl Drop for Draining {
     fn drop(&mut self) {
-        {
+        if !self.finished {
             let mut q = lock(&self.queue.state);
             q.draining = false;
-            if !self.finished {
-                q.steps.clear();
-                q.failed
-                    .get_or_insert_with(|| "the checkpoint writer stopped".to_string());
-            }
+            q.steps.clear();
+            q.failed
+                .get_or_insert_with(|| "the checkpoint writer stopped".to_string());
         }
         self.queue.stopped.send_modify(|v| *v += 1);
     }
@@ -195,9 +193,12 @@ async fn drain(queue: Arc<WriteQueue>) {
         finished: false,
     };
     loop {
+        // The queue is found empty and marked idle under one lock: a step queued just after
+        // sees `draining == false` and starts a new task, so none is left behind.
         let steps = {
             let mut q = lock(&queue.state);
             if q.steps.is_empty() {
+                q.draining = false;
                 break;
             }
             std::mem::take(&mut q.steps)
@@ -206,6 +207,7 @@ async fn drain(queue: Arc<WriteQueue>) {
             let mut q = lock(&queue.state);
             q.steps.clear();
             q.failed = Some(e);
+            q.draining = false;
             break;
         }
     }
