@@ -56,6 +56,12 @@ struct ServeArgs {
     /// The config file; default: FAWN_CONFIG, DEER_FLOW_CONFIG_PATH, then ./config.yaml.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Runtime worker threads; default: one per CPU core. Fewer workers cost less CPU per
+    /// run when runs rarely overlap (a worker waking another is most of the overhead of a
+    /// lone run), more serve more concurrent runs; one worker also means a slow statement
+    /// holds up every request until it finishes.
+    #[arg(long, env = "FAWN_WORKERS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    workers: Option<u16>,
 }
 
 fn main() -> ExitCode {
@@ -157,8 +163,12 @@ fn load_settings(path: Option<PathBuf>) -> anyhow::Result<fawn_config::Settings>
     Ok(loaded.settings)
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
+fn runtime(workers: Option<u16>) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = workers {
+        builder.worker_threads(usize::from(n));
+    }
+    builder
         .enable_all()
         .build()
         .context("starting the async runtime")
@@ -166,7 +176,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let settings = load_settings(args.config.clone())?;
-    runtime()?.block_on(async move {
+    runtime(args.workers)?.block_on(async move {
         let options = fawn_server::AppOptions {
             host: args.host.clone(),
             port: args.port,
@@ -186,7 +196,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
 fn migrate(config: Option<PathBuf>) -> anyhow::Result<()> {
     let settings = load_settings(config)?;
-    runtime()?.block_on(async move {
+    runtime(None)?.block_on(async move {
         let backend = fawn_checkpoint::BackendConfig::from_settings(&settings)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         if let fawn_checkpoint::BackendConfig::Sqlite { path } = &backend

@@ -1,3 +1,5 @@
 //! The `fawn` binary as a user runs it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod check_config;
+mod serve;

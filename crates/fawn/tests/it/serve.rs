@@ -1,0 +1,92 @@
+//! `fawn serve` as a process: flags that shape the runtime.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Kills the server when the test ends, however it ends.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn fawn(home: &std::path::Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_fawn"));
+    c.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("FAWN_HOME", home.join("fawn"))
+        .env("RUST_LOG", "info");
+    c
+}
+
+/// One HTTP/1.1 exchange on a fresh connection; returns the status line and the body.
+fn request(addr: &str, method: &str, path: &str, body: &str) -> (String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out.lines().next().unwrap_or_default().to_string();
+    let body = out.split("\r\n\r\n").nth(1).unwrap_or_default().to_string();
+    (status, body)
+}
+
+#[test]
+fn one_worker_serves_requests() {
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "title:\n  enabled: false\nmemory:\n  enabled: false\n",
+    )
+    .unwrap();
+    let child = fawn(home.path())
+        .args(["serve", "--port", "0", "--workers", "1", "--config"])
+        .arg(&config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut server = Server(child);
+    let stdout = server.0.stdout.take().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut addr = None;
+    for line in BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            addr = rest.split_whitespace().next().map(str::to_string);
+            break;
+        }
+        assert!(Instant::now() < deadline, "no address announced");
+    }
+    let addr = addr.expect("the server announces its address");
+    let (status, _) = request(&addr, "GET", "/ok", "");
+    assert!(status.contains(" 200 "), "{status}");
+    let (status, body) = request(&addr, "POST", "/threads", "{}");
+    assert!(status.contains(" 200 "), "{status}");
+    assert!(body.contains("thread_id"), "{body}");
+}
+
+#[test]
+fn zero_workers_is_refused() {
+    let home = tempfile::tempdir().unwrap();
+    let out = fawn(home.path())
+        .args(["serve", "--port", "0", "--workers", "0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--workers"), "{err}");
+}
