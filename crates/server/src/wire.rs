@@ -10,6 +10,7 @@ use fawn_checkpoint::{
 };
 use serde::Serialize;
 use serde_json::{Map, Value, json};
+use std::collections::HashMap;
 
 /// `2026-11-21T12:31:24.238037+00:00`.
 pub fn ts(t: &DateTime<Utc>) -> String {
@@ -146,7 +147,17 @@ pub fn checkpoint_ref(thread_id: &str, ns: &str, id: &str) -> Value {
     json!({"checkpoint_id": id, "thread_id": thread_id, "checkpoint_ns": ns})
 }
 
-fn task_json(t: &TaskRecord) -> Value {
+/// A task of a checkpoint. `ran` holds the writes of the step that ran from it (the
+/// checkpoint it produced), when known: a task that finished carries its writes as `result`.
+fn task_json(t: &TaskRecord, ran: Option<&[(String, Value)]>) -> Value {
+    let result = match (ran, &t.error) {
+        (Some(writes), None) => writes
+            .iter()
+            .find(|(node, _)| *node == t.name)
+            .map(|(_, w)| w.clone())
+            .unwrap_or(Value::Null),
+        _ => Value::Null,
+    };
     json!({
         "id": t.id,
         "name": t.name,
@@ -155,12 +166,46 @@ fn task_json(t: &TaskRecord) -> Value {
         "interrupts": t.interrupts,
         "checkpoint": null,
         "state": null,
-        "result": null,
+        "result": result,
     })
+}
+
+/// `ThreadState`s of a history page (newest first). A task that already ran carries its
+/// writes as `result`, read from the checkpoint its step produced: the oldest `loop` child
+/// of the checkpoint within the page (a fork or a state update made from it later is not
+/// the step that ran). Tasks of the page's newest checkpoint, or whose step is not in the
+/// page, keep `result: null`.
+pub fn history(items: &[Checkpoint]) -> Vec<Value> {
+    let mut ran_from: HashMap<&str, &Checkpoint> = HashMap::new();
+    for c in items {
+        let (Some(parent), Some("loop")) = (
+            c.parent_id.as_deref(),
+            c.metadata.get("source").and_then(Value::as_str),
+        ) else {
+            continue;
+        };
+        let slot = ran_from.entry(parent).or_insert(c);
+        if c.checkpoint_id < slot.checkpoint_id {
+            *slot = c;
+        }
+    }
+    items
+        .iter()
+        .map(|c| {
+            let ran = ran_from
+                .get(c.checkpoint_id.as_str())
+                .map(|child| child.writes.as_slice());
+            thread_state_with(c, ran)
+        })
+        .collect()
 }
 
 /// `ThreadState` of a checkpoint.
 pub fn thread_state(c: &Checkpoint) -> Value {
+    thread_state_with(c, None)
+}
+
+fn thread_state_with(c: &Checkpoint, ran: Option<&[(String, Value)]>) -> Value {
     let interrupts: Vec<&fawn_state::Interrupt> =
         c.tasks.iter().flat_map(|t| t.interrupts.iter()).collect();
     let parent = match &c.parent_id {
@@ -175,7 +220,7 @@ pub fn thread_state(c: &Checkpoint) -> Value {
     m.insert("next".into(), json!(c.next));
     m.insert(
         "tasks".into(),
-        Value::Array(c.tasks.iter().map(task_json).collect()),
+        Value::Array(c.tasks.iter().map(|t| task_json(t, ran)).collect()),
     );
     m.insert("metadata".into(), Value::Object(c.metadata.clone()));
     m.insert("created_at".into(), Value::String(ts(&c.created_at)));

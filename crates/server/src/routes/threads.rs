@@ -839,8 +839,7 @@ async fn history(
         )
         .await
         .map_err(|e| ApiError::store("loading the history", e))?;
-    let out: Vec<Value> = items.iter().map(wire::thread_state).collect();
-    Ok(wire::ok(&out))
+    Ok(wire::ok(&wire::history(&items)))
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -114,6 +114,53 @@ async fn stream_tool_calling_run(db: Db) {
     assert_eq!(thread["status"], "idle");
     assert_eq!(thread["values"]["messages"].as_array().unwrap().len(), 4);
     assert_eq!(thread["metadata"]["graph_id"], "lead_agent");
+    // History: a task that already ran carries its writes as `result`.
+    let (s, history) = app
+        .post_json(&format!("/threads/{tid}/history"), json!({"limit": 100}))
+        .await;
+    assert_eq!(s, 200, "{history}");
+    let history = history.as_array().unwrap();
+    assert_eq!(history[0]["next"], json!([]));
+    assert_eq!(history[0]["tasks"], json!([]));
+    let at = |source: &str, next: &str| {
+        history
+            .iter()
+            .find(|h| h["next"] == json!([next]) && h["metadata"]["source"] == source)
+            .unwrap()
+    };
+    let agent_task = &at("input", "agent")["tasks"][0];
+    assert_eq!(agent_task["name"], "agent");
+    assert_eq!(
+        agent_task["result"]["messages"][0]["tool_calls"][0]["name"], "get_weather",
+        "{agent_task}"
+    );
+    let answer_task = &at("loop", "agent")["tasks"][0];
+    assert_eq!(
+        answer_task["result"]["messages"][0]["content"], "The weather in Paris is sunny.",
+        "{answer_task}"
+    );
+    let tools_task = &at("loop", "tools")["tasks"][0];
+    assert_eq!(tools_task["name"], "tools");
+    assert_eq!(
+        tools_task["result"]["messages"][0]["content"], "It is sunny in Paris.",
+        "{tools_task}"
+    );
+    // A page without the step that ran from a checkpoint cannot know its result.
+    let (_, page) = app
+        .post_json(
+            &format!("/threads/{tid}/history"),
+            json!({"limit": 1, "before": {"checkpoint_id": history[1]["checkpoint_id"]}}),
+        )
+        .await;
+    assert_eq!(page[0]["checkpoint_id"], history[2]["checkpoint_id"]);
+    assert!(
+        page[0]["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["result"].is_null()),
+        "{page}"
+    );
     app.stop().await;
 }
 
