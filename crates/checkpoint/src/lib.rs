@@ -124,6 +124,7 @@ pub trait CheckpointStore: Send + Sync {
     async fn put_checkpoints(&self, chain: Vec<NewCheckpoint>) -> Result<Vec<String>> {
         put_in_sequence(self, chain).await
     }
+
     /// The checkpoint with `checkpoint_id`, or the latest one of the namespace when `None`,
     /// with its full state reconstructed.
     async fn get_checkpoint(
