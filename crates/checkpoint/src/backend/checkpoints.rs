@@ -410,6 +410,34 @@ impl SqlStore {
         tx.commit().await
     }
 
+    /// A new checkpoint's id: after its parent and after whatever this process knows to be
+    /// the thread's latest.
+    fn new_id(&self, thread_id: &str, ns: &str, parent_id: Option<String>) -> String {
+        let after = match (parent_id, self.cache.cached_id(thread_id, ns)) {
+            (Some(p), Some(c)) => Some(p.max(c)),
+            (p, c) => p.or(c),
+        };
+        checkpoint_id_after(after.as_deref())
+    }
+
+    /// Caches a just-written checkpoint as its thread's latest: its state held strongly
+    /// when it ends a run (the next run starts from it), weakly otherwise.
+    fn remember_latest(&self, cp: &NewCheckpoint, p: &Prepared) {
+        self.cache.put(
+            &cp.thread_id,
+            &cp.checkpoint_ns,
+            Cached {
+                checkpoint_id: p.id.clone(),
+                state: if ends_a_run(cp) {
+                    Held::Strong(cp.state.clone())
+                } else {
+                    Held::Weak(Arc::downgrade(&cp.state))
+                },
+                accounting: p.accounting.clone(),
+            },
+        );
+    }
+
     /// The cached (or stored) parent of a new checkpoint and its snapshot accounting.
     async fn parent_of(
         &self,
@@ -856,30 +884,10 @@ impl CheckpointStore for SqlStore {
         let mut prepared = self
             .prepare(&checkpoint, parent.as_ref(), parent_accounting)
             .map_err(super::db::DbErr::into_store)?;
-        // After the parent and after whatever this process knows to be the latest.
-        let after = match (
-            checkpoint.parent_id.clone(),
-            self.cache.cached_id(thread_id, ns),
-        ) {
-            (Some(p), Some(c)) => Some(p.max(c)),
-            (p, c) => p.or(c),
-        };
-        prepared.id = checkpoint_id_after(after.as_deref());
+        prepared.id = self.new_id(thread_id, ns, checkpoint.parent_id.clone());
         let prepared = Arc::new(prepared);
         retry!(self.insert_checkpoint_once(&prepared))?;
-        self.cache.put(
-            thread_id,
-            ns,
-            Cached {
-                checkpoint_id: prepared.id.clone(),
-                state: if ends_a_run(&checkpoint) {
-                    Held::Strong(checkpoint.state.clone())
-                } else {
-                    Held::Weak(Arc::downgrade(&checkpoint.state))
-                },
-                accounting: prepared.accounting.clone(),
-            },
-        );
+        self.remember_latest(&checkpoint, &prepared);
         Ok(prepared.id.clone())
     }
 
@@ -906,11 +914,7 @@ impl CheckpointStore for SqlStore {
             let mut p = self
                 .prepare(cp, parent.as_ref(), accounting)
                 .map_err(super::db::DbErr::into_store)?;
-            let after = match (previous.clone(), self.cache.cached_id(&thread_id, &ns)) {
-                (Some(p), Some(c)) => Some(p.max(c)),
-                (p, c) => p.or(c),
-            };
-            p.id = checkpoint_id_after(after.as_deref());
+            p.id = self.new_id(&thread_id, &ns, previous.clone());
             previous = Some(p.id.clone());
             accounting = Some(p.accounting.clone());
             parent = Some(Cached {
@@ -922,19 +926,7 @@ impl CheckpointStore for SqlStore {
         }
         retry!(self.insert_chain_once(&prepared))?;
         if let (Some(last_cp), Some(last)) = (chain.last(), prepared.last()) {
-            self.cache.put(
-                &thread_id,
-                &ns,
-                Cached {
-                    checkpoint_id: last.id.clone(),
-                    state: if ends_a_run(last_cp) {
-                        Held::Strong(last_cp.state.clone())
-                    } else {
-                        Held::Weak(Arc::downgrade(&last_cp.state))
-                    },
-                    accounting: last.accounting.clone(),
-                },
-            );
+            self.remember_latest(last_cp, last);
         }
         Ok(prepared.into_iter().map(|p| p.id).collect())
     }
