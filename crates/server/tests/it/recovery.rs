@@ -55,14 +55,16 @@ async fn a_run_survives_a_crash(db: Db) {
         last_id = e.id.clone().unwrap();
     }
     drop(reader);
-    let (_, hist) = first
-        .post_json(&format!("/threads/{tid}/history"), json!({"limit": 10}))
+    // Under the default `durability: async` a step's checkpoint is written while the next
+    // step runs, so it may land just after its events: wait for it before the crash.
+    first
+        .eventually("the input and agent checkpoints are stored", || async {
+            let (_, hist) = first
+                .post_json(&format!("/threads/{tid}/history"), json!({"limit": 10}))
+                .await;
+            hist.as_array().map(Vec::len) == Some(2)
+        })
         .await;
-    assert_eq!(
-        hist.as_array().unwrap().len(),
-        2,
-        "input and agent checkpoints"
-    );
     first.crash();
 
     let second = spawn_with(Spawn {
