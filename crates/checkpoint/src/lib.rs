@@ -166,6 +166,15 @@ pub trait CheckpointStore: Send + Sync {
         checkpoint_ns: &str,
         checkpoint_id: &str,
     ) -> Result<Vec<PendingWrite>>;
+    /// The writes of the step that ran from `checkpoint_id`: those of its oldest `loop` child
+    /// (a fork or state update made from it later is not that step). `None` when no step
+    /// has run from it.
+    async fn step_writes(
+        &self,
+        thread_id: &str,
+        checkpoint_ns: &str,
+        checkpoint_id: &str,
+    ) -> Result<Option<Vec<(String, Value)>>>;
 }
 
 /// Writes a chain of checkpoints one after another, each after the first as the child of the

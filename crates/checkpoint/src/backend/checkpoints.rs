@@ -842,6 +842,39 @@ impl SqlStore {
         tx.commit().await
     }
 
+    async fn step_writes_once(
+        &self,
+        thread_id: &str,
+        ns: &str,
+        checkpoint_id: &str,
+    ) -> DbResult<Option<Vec<(String, Value)>>> {
+        let mut w = Where::new(self.dialect());
+        w.eq("thread_id", thread_id);
+        w.eq("checkpoint_ns", ns);
+        w.eq("parent_id", checkpoint_id);
+        // A child's id sorts after its parent's: start the primary-key scan there.
+        let p = w.binds.push(checkpoint_id);
+        w.clause(format!("checkpoint_id > {p}"));
+        let mut source = Map::new();
+        source.insert("source".into(), Value::String("loop".into()));
+        w.fields_equal("metadata", &source);
+        let text = format!(
+            "SELECT checkpoint_id, writes FROM checkpoints{} ORDER BY checkpoint_id LIMIT 1",
+            w.sql()
+        );
+        let Some(row) = self
+            .db
+            .read_opt(Sql::dynamic(text, std::mem::take(&mut w.binds.args)))
+            .await?
+        else {
+            return Ok(None);
+        };
+        let child = row.text("checkpoint_id")?;
+        decode_writes_json(&row.text("writes")?)
+            .map(Some)
+            .map_err(|e| DbErr::corrupt(format!("checkpoint {child}: {e}")))
+    }
+
     async fn pending_writes_once(
         &self,
         thread_id: &str,
@@ -979,5 +1012,14 @@ impl CheckpointStore for SqlStore {
         checkpoint_id: &str,
     ) -> Result<Vec<PendingWrite>> {
         retry!(self.pending_writes_once(thread_id, checkpoint_ns, checkpoint_id))
+    }
+
+    async fn step_writes(
+        &self,
+        thread_id: &str,
+        checkpoint_ns: &str,
+        checkpoint_id: &str,
+    ) -> Result<Option<Vec<(String, Value)>>> {
+        retry!(self.step_writes_once(thread_id, checkpoint_ns, checkpoint_id))
     }
 }

@@ -15,6 +15,7 @@ conformance!(store:
     writes_without_ids_are_stored_exactly,
     concurrent_chains_with_rollbacks_stay_readable,
     chains_link_in_order_and_fail_whole,
+    step_writes_come_from_the_oldest_loop_child,
 );
 
 async fn checkpoint_round_trip(db: Arc<dyn Persistence>) {
@@ -761,4 +762,67 @@ async fn chains_link_in_order_and_fail_whole(db: Arc<dyn Persistence>) {
     );
     let latest = db.get_checkpoint(&thread, "", None).await.unwrap().unwrap();
     assert_eq!(latest.checkpoint_id, ids[3]);
+}
+
+/// The step that ran from a checkpoint is its oldest `loop` child: a state update made from
+/// it earlier, or a later run forked from it, is not.
+async fn step_writes_come_from_the_oldest_loop_child(db: Arc<dyn Persistence>) {
+    let thread = new_id();
+    let (root, s0) = put_step(
+        &*db,
+        &thread,
+        None,
+        None,
+        json!({"source": "input"}),
+        vec![("__input__", say("h1", "hi"))],
+    )
+    .await;
+    assert_eq!(db.step_writes(&thread, "", &root).await.unwrap(), None);
+    let (update, _) = put_step(
+        &*db,
+        &thread,
+        Some((&root, &s0)),
+        None,
+        json!({"source": "update"}),
+        vec![("agent", say("u1", "edited"))],
+    )
+    .await;
+    let (ran, s1) = put_step(
+        &*db,
+        &thread,
+        Some((&root, &s0)),
+        None,
+        json!({"source": "loop"}),
+        vec![("agent", say("a1", "answer"))],
+    )
+    .await;
+    put_step(
+        &*db,
+        &thread,
+        Some((&root, &s0)),
+        None,
+        json!({"source": "loop"}),
+        vec![("agent", say("a2", "a later branch"))],
+    )
+    .await;
+    let writes = db.step_writes(&thread, "", &root).await.unwrap().unwrap();
+    assert_eq!(writes.len(), 1);
+    assert_eq!(writes[0].0, "agent");
+    assert_eq!(writes[0].1["messages"][0]["id"], "a1", "{writes:?}");
+    assert_eq!(writes[0].1["messages"][0]["content"], "answer");
+    // Nothing ran from the leaf or from the update yet; other namespaces are separate.
+    assert_eq!(db.step_writes(&thread, "", &ran).await.unwrap(), None);
+    assert_eq!(db.step_writes(&thread, "", &update).await.unwrap(), None);
+    assert_eq!(db.step_writes(&thread, "sub", &root).await.unwrap(), None);
+    put_step(
+        &*db,
+        &thread,
+        Some((&ran, &s1)),
+        None,
+        json!({"source": "loop"}),
+        vec![("tools", say("t1", "tool said"))],
+    )
+    .await;
+    let writes = db.step_writes(&thread, "", &ran).await.unwrap().unwrap();
+    assert_eq!(writes[0].0, "tools");
 }
