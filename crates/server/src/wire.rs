@@ -205,7 +205,9 @@ pub fn thread_state(c: &Checkpoint) -> Value {
     thread_state_with(c, None)
 }
 
-fn thread_state_with(c: &Checkpoint, ran: Option<&[(String, Value)]>) -> Value {
+/// `ThreadState` of a checkpoint whose step is known to have run with the writes `ran`:
+/// its finished tasks carry their writes as `result`.
+pub fn thread_state_with(c: &Checkpoint, ran: Option<&[(String, Value)]>) -> Value {
     let interrupts: Vec<&fawn_state::Interrupt> =
         c.tasks.iter().flat_map(|t| t.interrupts.iter()).collect();
     let parent = match &c.parent_id {

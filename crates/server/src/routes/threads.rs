@@ -534,12 +534,21 @@ async fn state_at(app: &AppState, id: &str, ns: &str, checkpoint_id: &str) -> Ap
         .get_checkpoint(id, ns, Some(checkpoint_id))
         .await
         .map_err(|e| ApiError::store("loading the state", e))?;
-    match cp {
-        Some(c) => Ok(wire::ok(&wire::thread_state(&c))),
-        None => Err(ApiError::not_found(format!(
+    let Some(c) = cp else {
+        return Err(ApiError::not_found(format!(
             "Checkpoint {checkpoint_id} not found"
-        ))),
-    }
+        )));
+    };
+    // A past checkpoint's tasks may have run since: they carry that step's writes.
+    let ran = if c.tasks.is_empty() {
+        None
+    } else {
+        app.store
+            .step_writes(id, ns, checkpoint_id)
+            .await
+            .map_err(|e| ApiError::store("loading the state", e))?
+    };
+    Ok(wire::ok(&wire::thread_state_with(&c, ran.as_deref())))
 }
 
 pub async fn state_at_checkpoint(

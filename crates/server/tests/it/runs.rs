@@ -145,6 +145,21 @@ async fn stream_tool_calling_run(db: Db) {
         tools_task["result"]["messages"][0]["content"], "It is sunny in Paris.",
         "{tools_task}"
     );
+    // The state at one of those checkpoints carries the same results.
+    for h in [at("input", "agent"), at("loop", "tools")] {
+        let cid = h["checkpoint"]["checkpoint_id"].as_str().unwrap();
+        let (s, state) = app.get_json(&format!("/threads/{tid}/state/{cid}")).await;
+        assert_eq!(s, 200, "{state}");
+        assert_eq!(state["tasks"], h["tasks"], "{state}");
+        let (s, state) = app
+            .post_json(
+                &format!("/threads/{tid}/state/checkpoint"),
+                json!({"checkpoint": {"checkpoint_id": cid}}),
+            )
+            .await;
+        assert_eq!(s, 200, "{state}");
+        assert_eq!(state["tasks"], h["tasks"], "{state}");
+    }
     // A page without the step that ran from a checkpoint cannot know its result.
     let (_, page) = app
         .post_json(
