@@ -16,8 +16,7 @@
 //! `--only MODE:CONCURRENCY:RUNS` (repeatable) runs just those loads on one server, after a
 //! warm-up of 200 runs, and skips the RSS measurements: for profiling and A/B comparisons.
 //!
-//! ```text
-//! ```
+//! SIGINT or SIGTERM stops the benchmark together with the servers and the mock it started.
 
 use anyhow::{Context, Result, bail};
 use futures::StreamExt;
@@ -443,6 +442,30 @@ async fn bench_backend(name: &str, mock_url: &str, pg: Option<&str>, quick: bool
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    let signal = tokio::select! {
+        r = run() => return r,
+        signal = stop_signal() => signal,
+    };
+    // Dropping `run` dropped every `Proc`, which kills its child: no server or mock outlives
+    // the benchmark. A Postgres schema in use at that moment stays behind.
+    eprintln!("stopped by {signal}; the servers and the mock LLM were stopped too");
+    std::process::exit(130)
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn stop_signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        let _ = tokio::signal::ctrl_c().await;
+        return "SIGINT";
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    }
+}
+
+async fn run() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
     let sqlite_only = args.iter().any(|a| a == "--sqlite-only");
