@@ -118,9 +118,8 @@ pub trait CheckpointStore: Send + Sync {
 
     /// Persists a chain of checkpoints of one thread: the first under its `parent_id`, each
     /// later one as the child of the one before (its own `parent_id` is ignored). Returns
-    /// their ids in order. On SQLite a chain is written whole or not at all, in one commit;
-    /// this default (and Postgres) writes one checkpoint after another and stops at the
-    /// first error.
+    /// their ids in order. Both backends write a chain whole or not at all, with one commit;
+    /// this default writes one checkpoint after another and stops at the first error.
     async fn put_checkpoints(&self, chain: Vec<NewCheckpoint>) -> Result<Vec<String>> {
         put_in_sequence(self, chain).await
     }

@@ -1,6 +1,6 @@
-//! Write batching for Postgres: independent single-row writes that arrive while others
-//! are in flight share one statement (and one commit) instead of each paying a round trip
-//! and a WAL flush.
+//! Write batching for Postgres: independent writes (a checkpoint, or a chain of one
+//! thread's checkpoints) that arrive while others are in flight share one statement (and
+//! one commit) instead of each paying a round trip and a WAL flush.
 //!
 //! A caller queues its item, then competes for one of a few execution slots. Whoever gets a
 //! slot takes what is queued (up to a count and a size) and executes it as one batch; every

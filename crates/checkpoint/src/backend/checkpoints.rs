@@ -327,29 +327,43 @@ fn parent_missing(p: &Prepared) -> DbErr {
 const CHECKPOINT_ROW: &str = "thread_id, checkpoint_ns, checkpoint_id, parent_id, run_id, \
      metadata, writes, snapshot, snap_bytes, delta_bytes, next, tasks, created_at";
 
-/// Postgres: the arguments and the `($1, …), (…)` list of a multi-row checkpoint insert.
-fn values_of<'a>(rows: impl Iterator<Item = &'a Prepared>) -> (Vec<Arg>, String) {
+/// Checkpoints inserted together: one, or a chain of one thread's checkpoints, each the
+/// child of the one before. Only the first one's parent is looked up: the others go in
+/// with it or not at all.
+pub(super) type Links = Arc<Vec<Prepared>>;
+
+/// Postgres: the arguments and the `($1, …), (…)` list of a multi-row checkpoint insert,
+/// each row followed by the parent its links hang from (the `head` column).
+fn values_of(items: &[Links]) -> (Vec<Arg>, String) {
     let now = ids::now();
     let mut args = Vec::new();
     let mut values = Vec::new();
-    for p in rows {
-        let base = args.len();
-        let sql = Sql::new("")
-            .bind(p.thread_id.as_str())
-            .bind(p.ns.as_str())
-            .bind(p.id.as_str());
-        args.extend(row_args(sql, p, now).into_args());
-        let ps: Vec<String> = (base + 1..=args.len()).map(|i| format!("${i}")).collect();
-        values.push(format!("({})", ps.join(", ")));
+    for links in items {
+        let head = links.first().and_then(|p| p.parent_id.clone());
+        for p in links.iter() {
+            let base = args.len();
+            let sql = Sql::new("")
+                .bind(p.thread_id.as_str())
+                .bind(p.ns.as_str())
+                .bind(p.id.as_str());
+            args.extend(row_args(sql, p, now).bind(head.clone()).into_args());
+            let ps: Vec<String> = (base + 1..=args.len()).map(|i| format!("${i}")).collect();
+            values.push(format!("({})", ps.join(", ")));
+        }
     }
     (args, values.join(", "))
 }
 
 /// Postgres gathers concurrent checkpoint inserts (of different runs) into shared
-/// statements: at most 4 in flight, 64 rows or 4 MiB each.
-pub(super) fn insert_batcher() -> Batcher<Arc<Prepared>, bool> {
-    Batcher::new(4, 64, 4 << 20, |p| {
-        p.writes.len() + p.snapshot.as_ref().map_or(0, String::len) + 256
+/// statements: at most 2 in flight, 64 items or 4 MiB each. Two rather than four: with
+/// chains, four concurrent inserts slowed new runs' first events at c=16 (4.1-4.7 vs
+/// 3.5-4.2 ms p50, same throughput).
+pub(super) fn insert_batcher() -> Batcher<Links, Vec<bool>> {
+    Batcher::new(2, 64, 4 << 20, |links| {
+        links
+            .iter()
+            .map(|p| p.writes.len() + p.snapshot.as_ref().map_or(0, String::len) + 256)
+            .sum()
     })
 }
 
@@ -379,26 +393,34 @@ impl SqlStore {
         })
     }
 
-    async fn insert_checkpoint_once(&self, p: &Arc<Prepared>) -> DbResult<()> {
-        let inserted = match self.dialect() {
-            Dialect::Sqlite => self.insert_one(p).await?,
-            Dialect::Postgres => {
+    /// Inserts linked checkpoints, all or nothing. SQLite: one statement, or a transaction
+    /// for a chain. Postgres: through the batcher shared with other runs, so a chain is one
+    /// round trip and one commit.
+    async fn insert_links_once(&self, links: &Links) -> DbResult<()> {
+        let inserted = match (self.dialect(), links.as_slice()) {
+            (Dialect::Sqlite, [one]) => vec![self.insert_one(one).await?],
+            (Dialect::Sqlite, chain) => return self.insert_chain_once(chain).await,
+            (Dialect::Postgres, _) => {
                 self.inserts
-                    .submit(p.clone(), |rows| self.insert_rows(rows))
+                    .submit(links.clone(), |items| self.insert_rows(items))
                     .await?
             }
         };
-        if !inserted && p.parent_id.is_some() {
-            let exists = self.db.read_opt(stored_sql(p)).await?.is_some();
-            if !exists {
-                return Err(parent_missing(p));
+        // Not inserted: the head's parent is gone (then nothing was), or this very insert
+        // committed before a retry.
+        for (p, inserted) in links.iter().zip(inserted) {
+            if !inserted && p.parent_id.is_some() {
+                let exists = self.db.read_opt(stored_sql(p)).await?.is_some();
+                if !exists {
+                    return Err(parent_missing(p));
+                }
             }
         }
         Ok(())
     }
 
-    /// SQLite: inserts a prepared chain (each row the child of the one before) in one
-    /// transaction, all or nothing.
+    /// Inserts a prepared chain (each row the child of the one before) in one transaction,
+    /// all or nothing.
     async fn insert_chain_once(&self, chain: &[Prepared]) -> DbResult<()> {
         let mut tx = self.db.begin().await?;
         for p in chain {
@@ -502,20 +524,23 @@ impl SqlStore {
         row_args(sql, p, ids::now())
     }
 
-    /// Postgres: inserts a batch of checkpoints (of different runs, gathered by
-    /// [`Batcher`]) with one statement. Each row is inserted only while its parent exists,
-    /// under a key-share lock, exactly as [`SqlStore::insert_one`] does.
-    async fn insert_rows(&self, rows: Vec<Arc<Prepared>>) -> Vec<DbResult<bool>> {
-        if let [one] = rows.as_slice() {
-            return vec![self.insert_one(one).await];
+    /// Postgres: inserts a batch of linked checkpoints (of different runs, gathered by
+    /// [`Batcher`]) with one statement: each item's rows only while the parent of its first
+    /// row exists, under a key-share lock, as [`SqlStore::insert_one`] does for one row.
+    /// Answers, per item, which of its rows went in.
+    async fn insert_rows(&self, items: Vec<Links>) -> Vec<DbResult<Vec<bool>>> {
+        if let [links] = items.as_slice()
+            && let [one] = links.as_slice()
+        {
+            return vec![self.insert_one(one).await.map(|b| vec![b])];
         }
-        let (args, values) = values_of(rows.iter().map(|p| &**p));
+        let (args, values) = values_of(&items);
         let text = format!(
-            "WITH v ({CHECKPOINT_ROW}) AS (VALUES {values}) \
+            "WITH v ({CHECKPOINT_ROW}, head) AS (VALUES {values}) \
              INSERT INTO checkpoints ({CHECKPOINT_ROW}) \
-             SELECT * FROM v WHERE v.parent_id IS NULL OR EXISTS (SELECT 1 FROM checkpoints p \
-             WHERE p.thread_id = v.thread_id AND p.checkpoint_ns = v.checkpoint_ns \
-             AND p.checkpoint_id = v.parent_id FOR KEY SHARE) \
+             SELECT {CHECKPOINT_ROW} FROM v WHERE v.head IS NULL OR EXISTS (SELECT 1 \
+             FROM checkpoints p WHERE p.thread_id = v.thread_id \
+             AND p.checkpoint_ns = v.checkpoint_ns AND p.checkpoint_id = v.head FOR KEY SHARE) \
              ON CONFLICT DO NOTHING RETURNING thread_id, checkpoint_id"
         );
         match self.db.write_all(Sql::dynamic(text, args)).await {
@@ -531,28 +556,41 @@ impl SqlStore {
                         }
                         Err(e) => {
                             let msg = format!("{e:?}");
-                            return rows
+                            return items
                                 .iter()
                                 .map(|_| Err(DbErr::corrupt(msg.clone())))
                                 .collect();
                         }
                     }
                 }
-                rows.iter()
-                    .map(|p| Ok(inserted.contains(&(p.thread_id.clone(), p.id.clone()))))
+                items
+                    .iter()
+                    .map(|links| {
+                        Ok(links
+                            .iter()
+                            .map(|p| inserted.contains(&(p.thread_id.clone(), p.id.clone())))
+                            .collect())
+                    })
                     .collect()
             }
             Err(e) if e.is_transient() => {
                 let msg = format!("{e:?}");
-                rows.iter()
+                items
+                    .iter()
                     .map(|_| Err(DbErr::GroupFailed(msg.clone())))
                     .collect()
             }
             Err(_) => {
-                // A row the database refuses must not fail the others: one at a time.
-                let mut out = Vec::with_capacity(rows.len());
-                for p in &rows {
-                    out.push(self.insert_one(p).await);
+                // A row the database refuses must not fail the others: one item at a time.
+                let mut out = Vec::with_capacity(items.len());
+                for links in &items {
+                    out.push(match links.as_slice() {
+                        [one] => self.insert_one(one).await.map(|b| vec![b]),
+                        chain => self
+                            .insert_chain_once(chain)
+                            .await
+                            .map(|()| vec![true; chain.len()]),
+                    });
                 }
                 out
             }
@@ -918,22 +956,21 @@ impl CheckpointStore for SqlStore {
             .prepare(&checkpoint, parent.as_ref(), parent_accounting)
             .map_err(super::db::DbErr::into_store)?;
         prepared.id = self.new_id(thread_id, ns, checkpoint.parent_id.clone());
-        let prepared = Arc::new(prepared);
-        retry!(self.insert_checkpoint_once(&prepared))?;
-        self.remember_latest(&checkpoint, &prepared);
-        Ok(prepared.id.clone())
+        let id = prepared.id.clone();
+        let links = Arc::new(vec![prepared]);
+        retry!(self.insert_links_once(&links))?;
+        self.remember_latest(&checkpoint, &links[0]);
+        Ok(id)
     }
 
-    /// SQLite writes a chain in one transaction, whole or not at all: one commit and one set
-    /// of WAL pages instead of one per checkpoint. Postgres inserts one checkpoint after
-    /// another through the batcher shared with other runs: a chain as one multi-row
-    /// statement measured fewer round trips (CPU per run at c=1 2.4 -> 2.0 ms) but a slower
-    /// first SSE event for new runs at c=16 (3.2 -> 5.3 ms p50), and that is a target.
+    /// A chain is written whole or not at all: on SQLite in one transaction (one commit and
+    /// one set of WAL pages instead of one per checkpoint), on Postgres as one item of the
+    /// insert batcher (one round trip, shared with other runs' inserts).
     async fn put_checkpoints(&self, mut chain: Vec<NewCheckpoint>) -> Result<Vec<String>> {
         let single_thread = chain
             .windows(2)
             .all(|w| w[0].thread_id == w[1].thread_id && w[0].checkpoint_ns == w[1].checkpoint_ns);
-        if chain.len() < 2 || !single_thread || self.dialect() == Dialect::Postgres {
+        if chain.len() < 2 || !single_thread {
             return crate::put_in_sequence(self, chain).await;
         }
         let thread_id = chain[0].thread_id.clone();
@@ -957,11 +994,13 @@ impl CheckpointStore for SqlStore {
             });
             prepared.push(p);
         }
-        retry!(self.insert_chain_once(&prepared))?;
-        if let (Some(last_cp), Some(last)) = (chain.last(), prepared.last()) {
+        let ids = prepared.iter().map(|p| p.id.clone()).collect();
+        let links = Arc::new(prepared);
+        retry!(self.insert_links_once(&links))?;
+        if let (Some(last_cp), Some(last)) = (chain.last(), links.last()) {
             self.remember_latest(last_cp, last);
         }
-        Ok(prepared.into_iter().map(|p| p.id).collect())
+        Ok(ids)
     }
 
     async fn get_checkpoint(

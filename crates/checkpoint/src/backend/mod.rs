@@ -54,7 +54,7 @@ pub(crate) struct SqlStore {
     cache: StateCache,
     /// Postgres: concurrent checkpoint inserts share statements (unused on SQLite, whose
     /// writes already share group transactions).
-    inserts: batch::Batcher<std::sync::Arc<checkpoints::Prepared>, bool>,
+    inserts: batch::Batcher<checkpoints::Links, Vec<bool>>,
 }
 
 impl SqlStore {

@@ -611,39 +611,49 @@ async fn concurrent_chains_round(db: &Arc<dyn Persistence>) {
     for t in 0..THREADS {
         let db = db.clone();
         let rolled_back = t % 5 == 0;
+        // Odd threads write their steps two at a time, as one chain.
+        let per_write = if t % 2 == 1 { 2 } else { 1 };
         tasks.push(tokio::spawn(async move {
             let thread = new_id();
             let run = format!("run-{t}");
             let mut parent: Option<(String, ThreadState)> = None;
             let mut written = 0;
-            for i in 0..STEPS {
-                if rolled_back && i == STEPS / 2 {
+            let mut i = 0;
+            while i < STEPS {
+                if rolled_back && (i..i + per_write).contains(&(STEPS / 2)) {
                     let db = db.clone();
                     let (thread, run) = (thread.clone(), run.clone());
                     tokio::spawn(async move {
                         db.delete_checkpoints_for_run(&thread, &run).await.unwrap();
                     });
                 }
-                let base = parent.as_ref().map(|(_, s)| s.clone()).unwrap_or_default();
-                let mut updates = vec![say(&format!("m{t}-{i}"), &format!("step {i}"))];
-                let state = crate::support::step(&base, &mut updates);
-                let put = db
-                    .put_checkpoint(NewCheckpoint {
+                let mut state = parent.as_ref().map(|(_, s)| s.clone()).unwrap_or_default();
+                let mut chain = Vec::new();
+                for j in i..i + per_write {
+                    let mut updates = vec![say(&format!("m{t}-{j}"), &format!("step {j}"))];
+                    state = crate::support::step(&state, &mut updates);
+                    chain.push(NewCheckpoint {
                         thread_id: thread.clone(),
                         checkpoint_ns: String::new(),
                         parent_id: parent.as_ref().map(|(id, _)| id.clone()),
                         run_id: Some(run.clone()),
-                        metadata: obj(json!({"source": "loop", "step": i})),
+                        metadata: obj(json!({"source": "loop", "step": j})),
                         writes: vec![("agent".into(), updates[0].clone())],
                         state: Arc::new(state.clone()),
                         next: vec![],
                         tasks: vec![],
-                    })
-                    .await;
+                    });
+                }
+                let put = if per_write == 1 {
+                    db.put_checkpoint(chain.remove(0)).await.map(|id| vec![id])
+                } else {
+                    db.put_checkpoints(chain).await
+                };
                 match put {
-                    Ok(id) => {
-                        parent = Some((id, state));
-                        written += 1;
+                    Ok(ids) => {
+                        assert_eq!(ids.len(), per_write);
+                        parent = ids.last().map(|id| (id.clone(), state));
+                        written += per_write;
                     }
                     Err(StoreError::NotFound(m)) if rolled_back => {
                         assert!(m.starts_with("Parent checkpoint"), "{m}");
@@ -651,6 +661,7 @@ async fn concurrent_chains_round(db: &Arc<dyn Persistence>) {
                     }
                     Err(e) => panic!("thread {t} step {i}: {e}"),
                 }
+                i += per_write;
             }
             (thread, rolled_back, written, parent)
         }));
