@@ -167,12 +167,17 @@ def test_checkpoints(client):
 
 
 def test_events(client):
-    # Fawn's `events` mode is a subset of astream_events(v2): chain start/end per node and
-    # chat-model stream chunks (no on_tool_* / on_chat_model_start|end records).
+    # Fawn's `events` mode follows astream_events(v2) without on_tool_* records: the graph's
+    # chain around node chains around chat-model start/stream/end.
     _, parts = stream(client, tool_call(after="events end"), "events")
     evs = by(parts, "events")
     kinds = {e["event"] for e in evs}
-    assert {"on_chain_start", "on_chain_end", "on_chat_model_stream"} <= kinds, kinds
+    assert {"on_chain_start", "on_chain_stream", "on_chain_end", "on_chat_model_start",
+            "on_chat_model_stream", "on_chat_model_end"} <= kinds, kinds
+    assert (evs[0]["event"], evs[0]["name"]) == ("on_chain_start", "LangGraph")
+    assert (evs[-1]["event"], evs[-1]["name"]) == ("on_chain_end", "LangGraph")
+    model_ends = [e for e in evs if e["event"] == "on_chat_model_end"]
+    assert model_ends[-1]["data"]["output"]["content"] == "events end"
     for e in evs:
         assert {"event", "name", "run_id", "tags", "metadata", "data", "parent_ids"} <= set(e)
     starts = {e["run_id"]: e["name"] for e in evs if e["event"] == "on_chain_start"}

@@ -605,6 +605,7 @@ async fn run_attempt(app: &AppState, run: &Run, active: &Arc<ActiveRun>) {
     if spec.input.is_none() && spec.start.checkpoint_id.is_some() {
         observer.resuming_from(&spec.start.state);
     }
+    observer.graph_start(kw.get("input"));
     let dyn_obs: Arc<dyn RunObserver> = observer.clone();
     let outcome = match std::panic::AssertUnwindSafe(graph.run(spec, dyn_obs, active.token.clone()))
         .catch_unwind()
@@ -792,6 +793,7 @@ async fn complete(
                 }
                 body
             };
+            observer.graph_end(body_values);
             (RunStatus::Success, None, stop_reason, body)
         }
         RunOutcome::Error { error, message } => {

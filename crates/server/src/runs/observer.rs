@@ -7,7 +7,9 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use fawn_agent::{ObserverError, PendingTask, RunObserver, StepCheckpoint};
 use fawn_checkpoint::{JsonMap, NewCheckpoint, Persistence, TaskRecord};
-use fawn_state::{ChunkAccumulator, EventSink, Interrupt, StreamEvent, ThreadState};
+use fawn_state::{
+    ChunkAccumulator, EventSink, Interrupt, Message, MessageKind, StreamEvent, ThreadState,
+};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::{HashMap, HashSet};
@@ -69,6 +71,9 @@ struct Inner {
     last: Option<LastCheckpoint>,
     partial: HashMap<String, ChunkAccumulator>,
     seen_meta: HashSet<String>,
+    /// `events` mode: model calls whose `on_chat_model_start` was sent, and their chunks so
+    /// far (for `on_chat_model_end`).
+    model_calls: HashMap<String, ChunkAccumulator>,
     interrupt_update_sent: bool,
     /// The state a resumed run started from (published first, as LangGraph does).
     start_values: Option<Value>,
@@ -338,6 +343,108 @@ impl Observer {
         self.log.publish(name, data);
     }
 
+    /// `events` mode: the root graph's `on_chain_start` (LangChain names a compiled graph
+    /// `LangGraph`), carrying the run's input.
+    pub fn graph_start(&self, input: Option<&Value>) {
+        if self.modes.events {
+            self.publish_event(json!({
+                "event": "on_chain_start", "name": "LangGraph", "run_id": self.run_id,
+                "tags": [], "metadata": self.base_meta,
+                "data": {"input": input.cloned().unwrap_or(Value::Null)}, "parent_ids": [],
+            }));
+        }
+    }
+
+    /// `events` mode: the root graph's `on_chain_stream` and `on_chain_end` with the run's
+    /// final values (sent when the run succeeded).
+    pub fn graph_end(&self, output: &Value) {
+        if self.modes.events {
+            self.publish_event(json!({
+                "event": "on_chain_stream", "name": "LangGraph", "run_id": self.run_id,
+                "tags": [], "metadata": self.base_meta,
+                "data": {"chunk": output}, "parent_ids": [],
+            }));
+            self.publish_event(json!({
+                "event": "on_chain_end", "name": "LangGraph", "run_id": self.run_id,
+                "tags": [], "metadata": self.base_meta,
+                "data": {"output": output}, "parent_ids": [],
+            }));
+        }
+    }
+
+    fn publish_event(&self, event: Value) {
+        self.log.publish("events", to_bytes(&event));
+    }
+
+    /// The run metadata plus a node's context, as `events` carry it.
+    fn node_event_meta(&self, step: i64, node: &str, task_id: &str) -> Value {
+        let mut m = self.base_meta.clone();
+        m.insert("langgraph_step".into(), json!(step));
+        m.insert("langgraph_node".into(), json!(node));
+        m.insert(
+            "langgraph_triggers".into(),
+            json!([format!("branch:to:{node}")]),
+        );
+        m.insert("langgraph_path".into(), json!(["__pregel_pull", node]));
+        m.insert(
+            "langgraph_checkpoint_ns".into(),
+            json!(format!("{node}:{task_id}")),
+        );
+        Value::Object(m)
+    }
+
+    /// `events` mode for one token chunk: `on_chat_model_start` before a model call's first
+    /// chunk, `on_chat_model_stream`, and `on_chat_model_end` with the whole message after
+    /// its last. The model call's run id is the message id without its `lc_run--` prefix;
+    /// its parents are the run and the node's task. The start event carries no `input`: the
+    /// model request is not part of the stream.
+    fn model_events(&self, chunk: &Message, metadata: &Map<String, Value>) {
+        let id = chunk.id.clone().unwrap_or_default();
+        let call = id.strip_prefix("lc_run--").unwrap_or(&id).to_string();
+        let task = metadata
+            .get("langgraph_checkpoint_ns")
+            .and_then(Value::as_str)
+            .and_then(|ns| ns.split_once(':'))
+            .map(|(_, task)| task.to_string());
+        let mut parents = vec![json!(self.run_id)];
+        parents.extend(task.map(Value::String));
+        let name = metadata
+            .get("ls_model_name")
+            .cloned()
+            .unwrap_or(Value::Null);
+        let tags = metadata.get("tags").cloned().unwrap_or(json!([]));
+        let last = chunk.chunk_position.as_deref() == Some("last");
+        let (first, finished) = {
+            let mut g = lock(&self.inner);
+            let first = !g.model_calls.contains_key(&id);
+            g.model_calls.entry(id.clone()).or_default().push(chunk);
+            let finished = if last {
+                g.model_calls.remove(&id).map(|acc| {
+                    let mut message = acc.finish();
+                    message.kind = MessageKind::Ai;
+                    message.id = Some(id.clone());
+                    message
+                })
+            } else {
+                None
+            };
+            (first, finished)
+        };
+        let event = |kind: &str, data: Value| {
+            json!({
+                "event": kind, "name": name, "run_id": call, "tags": tags,
+                "metadata": metadata, "data": data, "parent_ids": parents,
+            })
+        };
+        if first {
+            self.publish_event(event("on_chat_model_start", json!({})));
+        }
+        self.publish_event(event("on_chat_model_stream", json!({"chunk": chunk})));
+        if let Some(message) = finished {
+            self.publish_event(event("on_chat_model_end", json!({"output": message})));
+        }
+    }
+
     fn checkpoint_ref(&self, id: &str) -> Value {
         crate::wire::checkpoint_ref(&self.thread_id, "", id)
     }
@@ -468,18 +575,7 @@ impl EventSink for Observer {
                     self.log.publish("messages/partial", to_bytes(&[&snapshot]));
                 }
                 if m.events {
-                    self.log.publish(
-                        "events",
-                        to_bytes(&json!({
-                            "event": "on_chat_model_stream",
-                            "name": metadata.get("ls_model_name").cloned().unwrap_or(Value::Null),
-                            "run_id": self.run_id,
-                            "tags": metadata.get("tags").cloned().unwrap_or(json!([])),
-                            "metadata": metadata,
-                            "data": {"chunk": chunk},
-                            "parent_ids": [self.run_id],
-                        })),
-                    );
+                    self.model_events(&chunk, &metadata);
                 }
             }
             StreamEvent::Message { message, metadata } => {
@@ -524,14 +620,12 @@ impl EventSink for Observer {
                     }
                 }
                 if m.events {
-                    self.log.publish(
-                        "events",
-                        to_bytes(&json!({
-                            "event": "on_chain_start", "name": node, "run_id": task_id,
-                            "tags": [], "metadata": {"langgraph_step": step, "langgraph_node": node},
-                            "data": {"input": input}, "parent_ids": [self.run_id],
-                        })),
-                    );
+                    self.publish_event(json!({
+                        "event": "on_chain_start", "name": node, "run_id": task_id,
+                        "tags": [format!("graph:step:{step}")],
+                        "metadata": self.node_event_meta(step, &node, &task_id),
+                        "data": {"input": input}, "parent_ids": [self.run_id],
+                    }));
                 }
             }
             StreamEvent::NodeEnd {
@@ -575,14 +669,20 @@ impl EventSink for Observer {
                     }
                 }
                 if m.events {
-                    self.log.publish(
-                        "events",
-                        to_bytes(&json!({
-                            "event": "on_chain_end", "name": node, "run_id": task_id,
-                            "tags": [], "metadata": {"langgraph_step": step, "langgraph_node": node},
-                            "data": {"output": update}, "parent_ids": [self.run_id],
-                        })),
-                    );
+                    let meta = self.node_event_meta(step, &node, &task_id);
+                    let tags = json!([format!("graph:step:{step}")]);
+                    if !update.is_null() {
+                        self.publish_event(json!({
+                            "event": "on_chain_stream", "name": node, "run_id": task_id,
+                            "tags": tags, "metadata": meta,
+                            "data": {"chunk": update}, "parent_ids": [self.run_id],
+                        }));
+                    }
+                    self.publish_event(json!({
+                        "event": "on_chain_end", "name": node, "run_id": task_id,
+                        "tags": tags, "metadata": meta,
+                        "data": {"output": update}, "parent_ids": [self.run_id],
+                    }));
                 }
             }
         }

@@ -31,6 +31,7 @@ backends!(
     thread_stream_multiplexes_runs,
     after_seconds_delays_the_start,
     a_checkpoint_that_cannot_be_written_fails_the_run,
+    events_nest_model_calls_in_nodes_in_the_graph,
 );
 
 async fn stream_tool_calling_run(db: Db) {
@@ -1228,5 +1229,105 @@ async fn a_checkpoint_that_cannot_be_written_fails_the_run(db: Db) {
     let (s, state) = app.get_json(&format!("/threads/{tid}/state")).await;
     assert_eq!(s, 200, "{state}");
     assert_eq!(state["values"], v);
+    app.stop().await;
+}
+
+/// `events` mode follows `astream_events(v2)`: the graph's `on_chain_start` first and its
+/// `on_chain_end` last; each node's events inside it; each model call's start, stream and
+/// end inside its node, parented by the run and the node's task.
+async fn events_nest_model_calls_in_nodes_in_the_graph(db: Db) {
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    let tid = app.create_thread().await;
+    weather_script(&app.mock);
+    let input = user_input("weather?");
+    let r = app
+        .post(
+            &format!("/threads/{tid}/runs/stream"),
+            json!({"assistant_id": "lead_agent", "input": input, "stream_mode": "events"}),
+        )
+        .await;
+    let events = parse_sse(&r.text().await.unwrap());
+    let run_id = events[0].data["run_id"].as_str().unwrap().to_string();
+    let ev: Vec<&Value> = events[1..].iter().map(|e| &e.data).collect();
+    assert!(
+        events[1..].iter().all(|e| e.event == "events"),
+        "{:?}",
+        names(&events)
+    );
+    let kinds: Vec<&str> = ev.iter().map(|e| e["event"].as_str().unwrap()).collect();
+
+    let root = ev[0];
+    assert_eq!(root["event"], "on_chain_start");
+    assert_eq!(root["name"], "LangGraph");
+    assert_eq!(root["run_id"], run_id.as_str());
+    assert_eq!(root["parent_ids"], json!([]));
+    assert_eq!(root["data"]["input"], input);
+    assert_eq!(root["metadata"]["thread_id"], tid.as_str());
+    assert_eq!(root["metadata"]["graph_id"], "lead_agent");
+    let end = ev[ev.len() - 1];
+    assert_eq!(end["event"], "on_chain_end", "{kinds:?}");
+    assert_eq!(end["name"], "LangGraph");
+    assert_eq!(
+        end["data"]["output"]["messages"].as_array().unwrap().len(),
+        4
+    );
+    assert_eq!(ev[ev.len() - 2]["event"], "on_chain_stream");
+
+    // Every node's events sit between its start and its end, under the run.
+    let position = |kind: &str, id: &Value| {
+        ev.iter()
+            .position(|e| e["event"] == kind && e["run_id"] == *id)
+            .unwrap_or_else(|| panic!("no {kind} for {id} in {kinds:?}"))
+    };
+    let node_starts: Vec<usize> = (0..ev.len())
+        .filter(|&i| kinds[i] == "on_chain_start" && ev[i]["name"] != "LangGraph")
+        .collect();
+    assert!(!node_starts.is_empty());
+    for &i in &node_starts {
+        let node = ev[i];
+        assert_eq!(node["parent_ids"], json!([run_id]));
+        let step = node["metadata"]["langgraph_step"].as_i64().unwrap();
+        assert_eq!(node["tags"], json!([format!("graph:step:{step}")]));
+        assert_eq!(node["metadata"]["langgraph_node"], node["name"]);
+        assert!(position("on_chain_end", &node["run_id"]) > i);
+    }
+
+    // Two model calls, each start → stream… → end inside the node that made it.
+    let starts: Vec<usize> = (0..ev.len())
+        .filter(|&i| kinds[i] == "on_chat_model_start")
+        .collect();
+    assert_eq!(starts.len(), 2, "{kinds:?}");
+    let mut outputs = Vec::new();
+    for &i in &starts {
+        let call = &ev[i]["run_id"];
+        let parents = ev[i]["parent_ids"].as_array().unwrap();
+        assert_eq!(parents.len(), 2);
+        assert_eq!(parents[0], run_id.as_str());
+        let node_start = position("on_chain_start", &parents[1]);
+        let node_end = position("on_chain_end", &parents[1]);
+        let model_end = position("on_chat_model_end", call);
+        assert!(node_start < i && i < model_end && model_end < node_end);
+        let streams: Vec<&&Value> = ev
+            .iter()
+            .filter(|e| e["event"] == "on_chat_model_stream" && e["run_id"] == *call)
+            .collect();
+        assert!(!streams.is_empty());
+        assert!(
+            streams
+                .iter()
+                .all(|e| e["data"]["chunk"]["type"] == "AIMessageChunk"),
+            "{streams:?}"
+        );
+        outputs.push(&ev[model_end]["data"]["output"]);
+    }
+    assert_eq!(outputs[0]["type"], "ai");
+    assert_eq!(
+        outputs[0]["tool_calls"][0]["name"], "get_weather",
+        "{}",
+        outputs[0]
+    );
+    assert_eq!(outputs[1]["content"], "The weather in Paris is sunny.");
     app.stop().await;
 }
