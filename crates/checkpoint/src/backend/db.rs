@@ -629,6 +629,11 @@ fn migrator(dialect: Dialect) -> Migrator {
                 "drop checkpoints_parent",
                 include_str!("../../../../migrations/postgres/0005_drop_checkpoints_parent.sql"),
             ),
+            (
+                6,
+                "finish run function",
+                include_str!("../../../../migrations/postgres/0006_finish_run_function.sql"),
+            ),
         ],
     };
     Migrator::with_migrations(
