@@ -11,8 +11,9 @@
 //!
 //! 1. `NodeStart` (model and tools always; a hook only if it returned something);
 //! 2. while it runs: `MessageChunk`s (model tokens; every chunk of one message shares its
-//!    `lc_run--…` id, the last has `chunk_position: "last"`), whole `Message`s (each tool
-//!    result as its call finishes), `Custom` payloads from middlewares and tools;
+//!    `lc_run--…` id, the last has `chunk_position: "last"`), a `ToolStart` per tool call
+//!    when the tools start, then as each call finishes its `ToolEnd` and its result as a
+//!    whole `Message`, `Custom` payloads from middlewares and tools;
 //! 3. `NodeEnd` with the node's update (`updates` mode: `{"<node>": update}`);
 //! 4. when the node changed the state: a [`StepCheckpoint`] (`values` / `checkpoints`).
 //!

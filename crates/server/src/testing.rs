@@ -491,6 +491,13 @@ async fn tools_node(ctx: &mut Ctx<'_>) -> Step {
     for (i, call) in calls.iter().enumerate() {
         let call_id = call.id.clone().unwrap_or_default();
         let arg = |k: &str| call.args.get(k).cloned().unwrap_or(Value::Null);
+        ctx.observer.emit(StreamEvent::ToolStart {
+            step: ctx.step,
+            task_id: task_id.clone(),
+            call_id: call_id.clone(),
+            name: call.name.clone(),
+            args: call.args.clone(),
+        });
         let text = match call.name.as_str() {
             "get_weather" => format!(
                 "It is sunny in {}.",
@@ -562,8 +569,15 @@ async fn tools_node(ctx: &mut Ctx<'_>) -> Step {
             },
             other => format!("Error: unknown tool '{other}'"),
         };
-        let msg = Message::tool(text, call_id, Some(call.name.clone()))
+        let msg = Message::tool(text, call_id.clone(), Some(call.name.clone()))
             .with_id(uuid::Uuid::new_v4().to_string());
+        ctx.observer.emit(StreamEvent::ToolEnd {
+            step: ctx.step,
+            task_id: task_id.clone(),
+            call_id,
+            name: call.name.clone(),
+            message: msg.clone(),
+        });
         ctx.observer.emit(StreamEvent::Message {
             message: msg.clone(),
             metadata: meta.clone(),

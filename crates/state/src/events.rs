@@ -53,6 +53,24 @@ pub enum StreamEvent {
         input: Value,
         triggers: Vec<String>,
     },
+    /// One tool call of a tool-running node started (the calls of a step run concurrently).
+    ToolStart {
+        step: i64,
+        /// The node's task.
+        task_id: String,
+        call_id: String,
+        name: String,
+        args: Map<String, Value>,
+    },
+    /// That tool call finished: `message` is its answer (a tool message, possibly an error
+    /// one).
+    ToolEnd {
+        step: i64,
+        task_id: String,
+        call_id: String,
+        name: String,
+        message: Message,
+    },
     /// A node finished. `update` is what it wrote (`updates` mode payload under its name).
     NodeEnd {
         step: i64,

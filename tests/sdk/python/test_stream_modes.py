@@ -167,13 +167,13 @@ def test_checkpoints(client):
 
 
 def test_events(client):
-    # Fawn's `events` mode follows astream_events(v2) without on_tool_* records: the graph's
-    # chain around node chains around chat-model start/stream/end.
+    # Fawn's `events` mode follows astream_events(v2): the graph's chain around node chains
+    # around chat-model start/stream/end and tool start/end.
     _, parts = stream(client, tool_call(after="events end"), "events")
     evs = by(parts, "events")
     kinds = {e["event"] for e in evs}
     assert {"on_chain_start", "on_chain_stream", "on_chain_end", "on_chat_model_start",
-            "on_chat_model_stream", "on_chat_model_end"} <= kinds, kinds
+            "on_chat_model_stream", "on_chat_model_end", "on_tool_start", "on_tool_end"} <= kinds, kinds
     assert (evs[0]["event"], evs[0]["name"]) == ("on_chain_start", "LangGraph")
     assert (evs[-1]["event"], evs[-1]["name"]) == ("on_chain_end", "LangGraph")
     model_ends = [e for e in evs if e["event"] == "on_chat_model_end"]

@@ -536,6 +536,17 @@ impl<'a> Loop<'a> {
             tool_names: &self.graph.tool_names,
         };
         let mut slots: Vec<Option<(Message, Option<StateUpdate>, bool)>> = vec![None; calls.len()];
+        if self.cfg.stream {
+            for call in &calls {
+                self.ctx.events.emit(StreamEvent::ToolStart {
+                    step: self.step,
+                    task_id: task_id.to_string(),
+                    call_id: call.id.clone().unwrap_or_default(),
+                    name: call.name.clone(),
+                    args: call.args.clone(),
+                });
+            }
+        }
         let mut pending: FuturesUnordered<_> = calls
             .iter()
             .enumerate()
@@ -582,6 +593,13 @@ impl<'a> Loop<'a> {
                 message.id = Some(uuid::Uuid::new_v4().to_string());
             }
             if self.cfg.stream {
+                self.ctx.events.emit(StreamEvent::ToolEnd {
+                    step: self.step,
+                    task_id: task_id.to_string(),
+                    call_id: call_id.clone(),
+                    name: call.name.clone(),
+                    message: message.clone(),
+                });
                 self.ctx.events.emit(StreamEvent::Message {
                     message: message.clone(),
                     metadata: metadata.clone(),

@@ -141,6 +141,8 @@ async fn tool_turn_events_and_checkpoints_in_langgraph_order() {
             "end:model",
             "checkpoint:1:loop",
             "start:tools",
+            "tool_start:echo",
+            "tool_end:echo",
             "message:tool",
             "end:tools",
             "checkpoint:2:loop",

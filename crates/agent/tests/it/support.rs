@@ -109,6 +109,8 @@ impl EventSink for Recorder {
             StreamEvent::Custom(_) => "custom".to_string(),
             StreamEvent::NodeStart { node, .. } => format!("start:{node}"),
             StreamEvent::NodeEnd { node, .. } => format!("end:{node}"),
+            StreamEvent::ToolStart { name, .. } => format!("tool_start:{name}"),
+            StreamEvent::ToolEnd { name, .. } => format!("tool_end:{name}"),
         };
         self.log.lock().unwrap().push(label);
         self.events.lock().unwrap().push(event);

@@ -628,6 +628,38 @@ impl EventSink for Observer {
                     }));
                 }
             }
+            StreamEvent::ToolStart {
+                step,
+                task_id,
+                call_id,
+                name,
+                args,
+            } => {
+                if m.events {
+                    self.publish_event(json!({
+                        "event": "on_tool_start", "name": name,
+                        "run_id": tool_run_id(&task_id, &call_id),
+                        "tags": [], "metadata": self.node_event_meta(step, "tools", &task_id),
+                        "data": {"input": args}, "parent_ids": [self.run_id, task_id],
+                    }));
+                }
+            }
+            StreamEvent::ToolEnd {
+                step,
+                task_id,
+                call_id,
+                name,
+                message,
+            } => {
+                if m.events {
+                    self.publish_event(json!({
+                        "event": "on_tool_end", "name": name,
+                        "run_id": tool_run_id(&task_id, &call_id),
+                        "tags": [], "metadata": self.node_event_meta(step, "tools", &task_id),
+                        "data": {"output": message}, "parent_ids": [self.run_id, task_id],
+                    }));
+                }
+            }
             StreamEvent::NodeEnd {
                 step,
                 task_id,
@@ -687,6 +719,13 @@ impl EventSink for Observer {
             }
         }
     }
+}
+
+/// The run id of one tool call in `events` mode: a UUID derived from its node's task and
+/// its call id, the same for its start and its end.
+fn tool_run_id(task_id: &str, call_id: &str) -> String {
+    let key = format!("{task_id}|{call_id}");
+    uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, key.as_bytes()).to_string()
 }
 
 /// Interrupts as stream events carry them: `{value, id}` (+ `response_schema` when set).

@@ -34,7 +34,7 @@ async fn lead_agent_tool_calling_turn(db: Db) {
         .post(
             &format!("/api/langgraph/threads/{tid}/runs/stream"),
             json!({"assistant_id": "lead_agent", "input": user_input("write the report"),
-                   "stream_mode": ["values", "messages-tuple", "updates"],
+                   "stream_mode": ["values", "messages-tuple", "updates", "events"],
                    "context": {"thinking_enabled": false}}),
         )
         .await;
@@ -44,6 +44,29 @@ async fn lead_agent_tool_calling_turn(db: Db) {
     assert_eq!(n[0], "metadata");
     assert!(!n.contains(&"error"), "{events:?}");
     assert!(n.contains(&"messages") && n.contains(&"updates"), "{n:?}");
+    // `events`: the graph's chain around everything, the tool call's start and end.
+    let ev: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e.event == "events")
+        .map(|e| &e.data)
+        .collect();
+    assert_eq!(ev[0]["event"], "on_chain_start");
+    assert_eq!(ev[0]["name"], "LangGraph");
+    assert_eq!(ev[ev.len() - 1]["event"], "on_chain_end");
+    assert_eq!(ev[ev.len() - 1]["name"], "LangGraph");
+    let tool = |kind: &str| {
+        ev.iter()
+            .find(|e| e["event"] == kind && e["name"] == "present_files")
+            .unwrap_or_else(|| panic!("no {kind}"))
+    };
+    let (start, end) = (tool("on_tool_start"), tool("on_tool_end"));
+    assert_eq!(start["run_id"], end["run_id"]);
+    assert_eq!(
+        start["data"]["input"]["filepaths"],
+        json!(["/mnt/user-data/outputs/report.md"])
+    );
+    assert_eq!(end["data"]["output"]["type"], "tool");
+    assert!(ev.iter().any(|e| e["event"] == "on_chat_model_end"));
     let last = events.iter().rev().find(|e| e.event == "values").unwrap();
     let msgs = last.data["messages"].as_array().unwrap();
     assert!(

@@ -1234,7 +1234,8 @@ async fn a_checkpoint_that_cannot_be_written_fails_the_run(db: Db) {
 
 /// `events` mode follows `astream_events(v2)`: the graph's `on_chain_start` first and its
 /// `on_chain_end` last; each node's events inside it; each model call's start, stream and
-/// end inside its node, parented by the run and the node's task.
+/// end, and each tool call's start and end, inside its node, parented by the run and the
+/// node's task.
 async fn events_nest_model_calls_in_nodes_in_the_graph(db: Db) {
     let Some(app) = spawn_app(db).await else {
         return;
@@ -1329,5 +1330,21 @@ async fn events_nest_model_calls_in_nodes_in_the_graph(db: Db) {
         outputs[0]
     );
     assert_eq!(outputs[1]["content"], "The weather in Paris is sunny.");
+
+    // The tool call: start and end inside the tools node, with its arguments and answer.
+    let i = kinds.iter().position(|k| *k == "on_tool_start").unwrap();
+    let start = ev[i];
+    assert_eq!(start["name"], "get_weather");
+    assert_eq!(start["data"]["input"], json!({"city": "Paris"}));
+    let parents = start["parent_ids"].as_array().unwrap();
+    assert_eq!(parents[0], run_id.as_str());
+    assert_eq!(ev[position("on_chain_start", &parents[1])]["name"], "tools");
+    let end = position("on_tool_end", &start["run_id"]);
+    assert!(i < end && end < position("on_chain_end", &parents[1]));
+    assert_eq!(ev[end]["data"]["output"]["type"], "tool");
+    assert_eq!(
+        ev[end]["data"]["output"]["content"],
+        "It is sunny in Paris."
+    );
     app.stop().await;
 }
