@@ -10,7 +10,8 @@
 //! `<Middleware>.<hook>`, `model`, `tools`). Per superstep:
 //!
 //! 1. `NodeStart` (model and tools always; a hook only if it returned something);
-//! 2. while it runs: `MessageChunk`s (model tokens; every chunk of one message shares its
+//! 2. while it runs: `ModelStart` before each model call (the messages sent), then its
+//!    `MessageChunk`s (model tokens; every chunk of one message shares its
 //!    `lc_run--…` id, the last has `chunk_position: "last"`), a `ToolStart` per tool call
 //!    when the tools start, then as each call finishes its `ToolEnd` and its result as a
 //!    whole `Message`, `Custom` payloads from middlewares and tools;

@@ -401,6 +401,11 @@ impl MiniAgent {
             ..Default::default()
         };
         let msg_id = format!("lc_run--{}", uuid::Uuid::now_v7());
+        ctx.observer.emit(StreamEvent::ModelStart {
+            message_id: msg_id.clone(),
+            messages: request.messages.clone(),
+            metadata: chunk_meta.clone(),
+        });
         let stream = tokio::select! {
             s = model.stream(request) => s,
             _ = ctx.cancel.cancelled() => return Step::Stop(RunOutcome::Cancelled),

@@ -4,6 +4,7 @@
 //! each stream mode (`messages`, `updates`, `custom`, `tasks`, `debug`). `values` and
 //! `checkpoints` come from persisted steps, not from here.
 
+use crate::list::Messages;
 use crate::message::Message;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -32,6 +33,13 @@ pub struct Command {
 /// One thing that happened during a run.
 #[derive(Clone, Debug, PartialEq)]
 pub enum StreamEvent {
+    /// A model call is about to start: its message id (every chunk of the answer carries
+    /// it), the conversation sent (system messages included) and the chunks' metadata.
+    ModelStart {
+        message_id: String,
+        messages: Messages,
+        metadata: Map<String, Value>,
+    },
     /// A token delta of a streamed AI message (`AIMessageChunk`), with LangGraph's metadata
     /// (`langgraph_node`, `langgraph_step`, `run_id`, …). Every chunk of a message shares its id.
     MessageChunk {

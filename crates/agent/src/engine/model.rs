@@ -59,12 +59,19 @@ impl ModelCall for ModelInvoker {
         } else {
             Map::new()
         };
+        let id = format!("lc_run--{}", uuid::Uuid::new_v4());
+        if self.stream_tokens {
+            self.events.emit(StreamEvent::ModelStart {
+                message_id: id.clone(),
+                messages: chat.messages.clone(),
+                metadata: metadata.clone(),
+            });
+        }
         let mut stream = tokio::select! {
             biased;
             _ = self.cancel.cancelled() => return Err(MiddlewareError::Cancelled),
             s = model.stream(chat) => s.map_err(cancel_or_llm)?,
         };
-        let id = format!("lc_run--{}", uuid::Uuid::new_v4());
         let mut acc = ChunkAccumulator::new();
         let mut saw_last = false;
         let mut chunks = 0usize;

@@ -138,6 +138,7 @@ async fn tool_turn_events_and_checkpoints_in_langgraph_order() {
             "checkpoint:-1:input",
             "checkpoint:0:loop",
             "start:model",
+            "model_start",
             "end:model",
             "checkpoint:1:loop",
             "start:tools",
@@ -147,6 +148,7 @@ async fn tool_turn_events_and_checkpoints_in_langgraph_order() {
             "end:tools",
             "checkpoint:2:loop",
             "start:model",
+            "model_start",
             "end:model",
             "checkpoint:3:loop",
         ])

@@ -109,6 +109,7 @@ impl EventSink for Recorder {
             StreamEvent::Custom(_) => "custom".to_string(),
             StreamEvent::NodeStart { node, .. } => format!("start:{node}"),
             StreamEvent::NodeEnd { node, .. } => format!("end:{node}"),
+            StreamEvent::ModelStart { .. } => "model_start".to_string(),
             StreamEvent::ToolStart { name, .. } => format!("tool_start:{name}"),
             StreamEvent::ToolEnd { name, .. } => format!("tool_end:{name}"),
         };

@@ -8,7 +8,8 @@ use bytes::Bytes;
 use fawn_agent::{ObserverError, PendingTask, RunObserver, StepCheckpoint};
 use fawn_checkpoint::{JsonMap, NewCheckpoint, Persistence, TaskRecord};
 use fawn_state::{
-    ChunkAccumulator, EventSink, Interrupt, Message, MessageKind, StreamEvent, ThreadState,
+    ChunkAccumulator, EventSink, Interrupt, Message, MessageKind, Messages, StreamEvent,
+    ThreadState,
 };
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -393,14 +394,16 @@ impl Observer {
         Value::Object(m)
     }
 
-    /// `events` mode for one token chunk: `on_chat_model_start` before a model call's first
-    /// chunk, `on_chat_model_stream`, and `on_chat_model_end` with the whole message after
-    /// its last. The model call's run id is the message id without its `lc_run--` prefix;
-    /// its parents are the run and the node's task. The start event carries no `input`: the
-    /// model request is not part of the stream.
-    fn model_events(&self, chunk: &Message, metadata: &Map<String, Value>) {
-        let id = chunk.id.clone().unwrap_or_default();
-        let call = id.strip_prefix("lc_run--").unwrap_or(&id).to_string();
+    /// An `events` record of the model call whose answer has `message_id`: its run id is the
+    /// message id without the `lc_run--` prefix; its parents are the run and the node's task.
+    fn model_event(
+        &self,
+        kind: &str,
+        message_id: &str,
+        metadata: &Map<String, Value>,
+        data: Value,
+    ) -> Value {
+        let call = message_id.strip_prefix("lc_run--").unwrap_or(message_id);
         let task = metadata
             .get("langgraph_checkpoint_ns")
             .and_then(Value::as_str)
@@ -408,11 +411,31 @@ impl Observer {
             .map(|(_, task)| task.to_string());
         let mut parents = vec![json!(self.run_id)];
         parents.extend(task.map(Value::String));
-        let name = metadata
-            .get("ls_model_name")
-            .cloned()
-            .unwrap_or(Value::Null);
-        let tags = metadata.get("tags").cloned().unwrap_or(json!([]));
+        json!({
+            "event": kind,
+            "name": metadata.get("ls_model_name").cloned().unwrap_or(Value::Null),
+            "run_id": call,
+            "tags": metadata.get("tags").cloned().unwrap_or(json!([])),
+            "metadata": metadata,
+            "data": data,
+            "parent_ids": parents,
+        })
+    }
+
+    /// `events` mode: `on_chat_model_start` with the conversation sent to the model.
+    fn model_start(&self, message_id: &str, messages: &Messages, metadata: &Map<String, Value>) {
+        lock(&self.inner)
+            .model_calls
+            .insert(message_id.to_string(), ChunkAccumulator::new());
+        let data = json!({"input": {"messages": [messages]}});
+        self.publish_event(self.model_event("on_chat_model_start", message_id, metadata, data));
+    }
+
+    /// `events` mode for one token chunk: `on_chat_model_stream`, and `on_chat_model_end`
+    /// with the whole message after the last one. A call whose start was not reported gets
+    /// an `on_chat_model_start` without input before its first chunk.
+    fn model_events(&self, chunk: &Message, metadata: &Map<String, Value>) {
+        let id = chunk.id.clone().unwrap_or_default();
         let last = chunk.chunk_position.as_deref() == Some("last");
         let (first, finished) = {
             let mut g = lock(&self.inner);
@@ -430,18 +453,14 @@ impl Observer {
             };
             (first, finished)
         };
-        let event = |kind: &str, data: Value| {
-            json!({
-                "event": kind, "name": name, "run_id": call, "tags": tags,
-                "metadata": metadata, "data": data, "parent_ids": parents,
-            })
-        };
         if first {
-            self.publish_event(event("on_chat_model_start", json!({})));
+            self.publish_event(self.model_event("on_chat_model_start", &id, metadata, json!({})));
         }
-        self.publish_event(event("on_chat_model_stream", json!({"chunk": chunk})));
+        let data = json!({"chunk": chunk});
+        self.publish_event(self.model_event("on_chat_model_stream", &id, metadata, data));
         if let Some(message) = finished {
-            self.publish_event(event("on_chat_model_end", json!({"output": message})));
+            let data = json!({"output": message});
+            self.publish_event(self.model_event("on_chat_model_end", &id, metadata, data));
         }
     }
 
@@ -550,6 +569,15 @@ impl EventSink for Observer {
     fn emit(&self, event: StreamEvent) {
         let m = self.modes;
         match event {
+            StreamEvent::ModelStart {
+                message_id,
+                messages,
+                metadata,
+            } => {
+                if m.events {
+                    self.model_start(&message_id, &messages, &metadata);
+                }
+            }
             StreamEvent::MessageChunk { chunk, metadata } => {
                 if m.messages_tuple {
                     self.log.publish("messages", to_bytes(&(&chunk, &metadata)));

@@ -67,6 +67,24 @@ async fn lead_agent_tool_calling_turn(db: Db) {
     );
     assert_eq!(end["data"]["output"]["type"], "tool");
     assert!(ev.iter().any(|e| e["event"] == "on_chat_model_end"));
+    // The model's input is what it was sent (the middlewares' rewrite): DeerFlow's system
+    // prompt first, the question (wrapped as user input) last.
+    let sent = ev
+        .iter()
+        .find(|e| e["event"] == "on_chat_model_start")
+        .unwrap()["data"]["input"]["messages"][0]
+        .as_array()
+        .unwrap();
+    assert_eq!(sent[0]["type"], "system");
+    let question = &sent[sent.len() - 1];
+    assert_eq!(question["type"], "human");
+    assert!(
+        question["content"]
+            .as_str()
+            .unwrap()
+            .contains("write the report"),
+        "{question}"
+    );
     let last = events.iter().rev().find(|e| e.event == "values").unwrap();
     let msgs = last.data["messages"].as_array().unwrap();
     assert!(

@@ -1301,6 +1301,7 @@ async fn events_nest_model_calls_in_nodes_in_the_graph(db: Db) {
         .collect();
     assert_eq!(starts.len(), 2, "{kinds:?}");
     let mut outputs = Vec::new();
+    let mut inputs = Vec::new();
     for &i in &starts {
         let call = &ev[i]["run_id"];
         let parents = ev[i]["parent_ids"].as_array().unwrap();
@@ -1322,7 +1323,18 @@ async fn events_nest_model_calls_in_nodes_in_the_graph(db: Db) {
             "{streams:?}"
         );
         outputs.push(&ev[model_end]["data"]["output"]);
+        inputs.push(&ev[i]["data"]["input"]["messages"][0]);
     }
+    // What each call was sent: the question, then the question, the call and its answer.
+    let types = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["type"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(types(inputs[0]), ["human"], "{}", inputs[0]);
+    assert_eq!(types(inputs[1]), ["human", "ai", "tool"], "{}", inputs[1]);
     assert_eq!(outputs[0]["type"], "ai");
     assert_eq!(
         outputs[0]["tool_calls"][0]["name"], "get_weather",
