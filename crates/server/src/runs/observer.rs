@@ -464,6 +464,27 @@ impl Observer {
         }
     }
 
+    /// Publishes an `events` record of one tool call of the tools node's task `task_id`: its
+    /// run id is a UUID derived from the task and the call id (the same for its start and its
+    /// end).
+    fn tool_event(
+        &self,
+        kind: &str,
+        step: i64,
+        task_id: &str,
+        call_id: &str,
+        name: &str,
+        data: Value,
+    ) {
+        let key = format!("{task_id}|{call_id}");
+        let run_id = uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, key.as_bytes()).to_string();
+        self.publish_event(json!({
+            "event": kind, "name": name, "run_id": run_id, "tags": [],
+            "metadata": self.node_event_meta(step, "tools", task_id),
+            "data": data, "parent_ids": [self.run_id, task_id],
+        }));
+    }
+
     fn checkpoint_ref(&self, id: &str) -> Value {
         crate::wire::checkpoint_ref(&self.thread_id, "", id)
     }
@@ -664,12 +685,8 @@ impl EventSink for Observer {
                 args,
             } => {
                 if m.events {
-                    self.publish_event(json!({
-                        "event": "on_tool_start", "name": name,
-                        "run_id": tool_run_id(&task_id, &call_id),
-                        "tags": [], "metadata": self.node_event_meta(step, "tools", &task_id),
-                        "data": {"input": args}, "parent_ids": [self.run_id, task_id],
-                    }));
+                    let data = json!({"input": args});
+                    self.tool_event("on_tool_start", step, &task_id, &call_id, &name, data);
                 }
             }
             StreamEvent::ToolEnd {
@@ -680,12 +697,8 @@ impl EventSink for Observer {
                 message,
             } => {
                 if m.events {
-                    self.publish_event(json!({
-                        "event": "on_tool_end", "name": name,
-                        "run_id": tool_run_id(&task_id, &call_id),
-                        "tags": [], "metadata": self.node_event_meta(step, "tools", &task_id),
-                        "data": {"output": message}, "parent_ids": [self.run_id, task_id],
-                    }));
+                    let data = json!({"output": message});
+                    self.tool_event("on_tool_end", step, &task_id, &call_id, &name, data);
                 }
             }
             StreamEvent::NodeEnd {
@@ -747,13 +760,6 @@ impl EventSink for Observer {
             }
         }
     }
-}
-
-/// The run id of one tool call in `events` mode: a UUID derived from its node's task and
-/// its call id, the same for its start and its end.
-fn tool_run_id(task_id: &str, call_id: &str) -> String {
-    let key = format!("{task_id}|{call_id}");
-    uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, key.as_bytes()).to_string()
 }
 
 /// Interrupts as stream events carry them: `{value, id}` (+ `response_schema` when set).
