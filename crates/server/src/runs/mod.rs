@@ -21,7 +21,7 @@ use fawn_checkpoint::{
     ThreadSummary,
 };
 use futures::FutureExt;
-use observer::{Modes, Observer, interrupts_wire};
+use observer::{Durability, Modes, Observer, interrupts_wire};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -598,9 +598,7 @@ async fn run_attempt(app: &AppState, run: &Run, active: &Arc<ActiveRun>) {
             checkpoint_meta(run, &graph_id),
             spec.start.checkpoint_id.clone(),
         )
-        // `exit` (write only at the end) is served as `async`: every step is still written,
-        // none is waited for.
-        .queue_writes(kw_str(kw, "durability") != Some("sync")),
+        .durability(Durability::from_kwarg(kw_str(kw, "durability"))),
     );
     if spec.input.is_none() && spec.start.checkpoint_id.is_some() {
         observer.resuming_from(&spec.start.state);

@@ -90,10 +90,32 @@ pub struct Observer {
     base_meta: JsonMap,
     /// Shared with the checkpoint writer, which advances the parent and the last checkpoint.
     inner: Arc<Mutex<Inner>>,
-    /// `durability: async`: checkpoints are queued and written in order by a task of their
-    /// own while the next steps run, instead of before them.
-    queue_writes: bool,
+    /// How checkpoints are written (`durability`).
+    durability: Durability,
     queue: Arc<WriteQueue>,
+}
+
+/// When a run's checkpoints are written (the run's `durability`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// Each before the next step starts.
+    Sync,
+    /// Each while the next steps run (LangGraph's default): queued, and written in order by
+    /// one task per run, what accumulated during a write as one chain.
+    Async,
+    /// All of them when the run ends, as one chain: a run that dies leaves none.
+    Exit,
+}
+
+impl Durability {
+    /// A `RunCreate`'s `durability` (absent or unknown: `async`).
+    pub fn from_kwarg(v: Option<&str>) -> Durability {
+        match v {
+            Some("sync") => Durability::Sync,
+            Some("exit") => Durability::Exit,
+            _ => Durability::Async,
+        }
+    }
 }
 
 /// What one checkpoint adds to the run's chain.
@@ -272,7 +294,7 @@ impl Observer {
             modes,
             base_meta,
             inner: inner.clone(),
-            queue_writes: false,
+            durability: Durability::Sync,
             queue: Arc::new(WriteQueue {
                 writer: ChainWriter {
                     store,
@@ -286,11 +308,14 @@ impl Observer {
         }
     }
 
-    /// `durability: async` (LangGraph's default): each checkpoint is written while the next
-    /// step runs. Runs streaming `checkpoints` or `debug` events keep writing first, since
-    /// those events carry the new checkpoint's id.
-    pub fn queue_writes(mut self, on: bool) -> Observer {
-        self.queue_writes = on && !self.modes.checkpoints && !self.modes.debug;
+    /// How this run writes its checkpoints. Runs streaming `checkpoints` or `debug` events
+    /// always write each one first, since those events carry the new checkpoint's id.
+    pub fn durability(mut self, durability: Durability) -> Observer {
+        self.durability = if self.modes.checkpoints || self.modes.debug {
+            Durability::Sync
+        } else {
+            durability
+        };
         self
     }
 
@@ -299,6 +324,14 @@ impl Observer {
     /// checkpoints.
     pub async fn flush(&self) -> Result<(), String> {
         let mut stopped = self.queue.stopped.subscribe();
+        {
+            // `durability: exit`: the run's checkpoints are written now, as one chain.
+            let mut q = lock(&self.queue.state);
+            if !q.steps.is_empty() && !q.draining {
+                q.draining = true;
+                tokio::spawn(drain(self.queue.clone()));
+            }
+        }
         loop {
             {
                 let q = lock(&self.queue.state);
@@ -521,7 +554,7 @@ impl RunObserver for Observer {
             tasks: cp.tasks,
             records,
         };
-        if self.queue_writes {
+        if self.durability != Durability::Sync {
             {
                 let mut q = lock(&self.queue.state);
                 // A queued write that failed fails the run now.
@@ -529,7 +562,7 @@ impl RunObserver for Observer {
                     return Err(ObserverError(e.clone()));
                 }
                 q.steps.push(step);
-                if !q.draining {
+                if !q.draining && self.durability == Durability::Async {
                     q.draining = true;
                     tokio::spawn(drain(self.queue.clone()));
                 }

@@ -32,6 +32,7 @@ backends!(
     after_seconds_delays_the_start,
     a_checkpoint_that_cannot_be_written_fails_the_run,
     events_nest_model_calls_in_nodes_in_the_graph,
+    durability_exit_writes_when_the_run_ends,
 );
 
 async fn stream_tool_calling_run(db: Db) {
@@ -1358,5 +1359,55 @@ async fn events_nest_model_calls_in_nodes_in_the_graph(db: Db) {
         ev[end]["data"]["output"]["content"],
         "It is sunny in Paris."
     );
+    app.stop().await;
+}
+
+/// `durability: exit`: nothing of the run is stored while it runs; when it ends, all its
+/// checkpoints are, exactly as a default run leaves them.
+async fn durability_exit_writes_when_the_run_ends(db: Db) {
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    let tid = app.create_thread().await;
+    app.mock
+        .push(Turn::tool_call("sleep", json!({"ms": 1000})))
+        .push(Turn::text("done"));
+    let (s, run) = app
+        .post_json(
+            &format!("/threads/{tid}/runs"),
+            json!({"assistant_id": "lead_agent", "input": user_input("nap"),
+                   "durability": "exit"}),
+        )
+        .await;
+    assert_eq!(s, 200, "{run}");
+    let rid = run["run_id"].as_str().unwrap().to_string();
+    // The model answered and the tool sleeps. An async run's checkpoints would be stored
+    // within milliseconds; give them far longer, then look.
+    app.eventually("the model was called", || async {
+        app.mock.chat_requests().len() == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (s, history) = app
+        .post_json(&format!("/threads/{tid}/history"), json!({"limit": 100}))
+        .await;
+    assert_eq!(s, 200, "{history}");
+    assert_eq!(history, json!([]), "nothing is stored before the run ends");
+    let r = app.wait_run(&tid, &rid).await;
+    assert_eq!(r["status"], "success", "{r}");
+    let (_, history) = app
+        .post_json(&format!("/threads/{tid}/history"), json!({"limit": 100}))
+        .await;
+    let sources: Vec<&str> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["metadata"]["source"].as_str().unwrap())
+        .collect();
+    assert_eq!(sources, ["loop", "loop", "loop", "input"], "{history}");
+    let (_, state) = app.get_json(&format!("/threads/{tid}/state")).await;
+    let messages = state["values"]["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 4);
+    assert_eq!(messages[3]["content"], "done");
     app.stop().await;
 }
