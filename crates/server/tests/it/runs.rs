@@ -1369,8 +1369,9 @@ async fn durability_exit_writes_when_the_run_ends(db: Db) {
         return;
     };
     let tid = app.create_thread().await;
+    // The tool sleeps long enough that a slow machine still looks while it runs.
     app.mock
-        .push(Turn::tool_call("sleep", json!({"ms": 1000})))
+        .push(Turn::tool_call("sleep", json!({"ms": 3000})))
         .push(Turn::text("done"));
     let (s, run) = app
         .post_json(
