@@ -1153,8 +1153,9 @@ async fn a_checkpoint_that_cannot_be_written_fails_the_run(db: Db) {
         return;
     };
     let tid = app.create_thread().await;
+    // The trigger goes in while the tool sleeps: long enough for a slow machine.
     app.mock
-        .push(Turn::tool_call("sleep", json!({"ms": 600})))
+        .push(Turn::tool_call("sleep", json!({"ms": 2000})))
         .push(Turn::text("done"));
     let (s, run) = app
         .post_json(
