@@ -55,7 +55,7 @@
 
 use async_trait::async_trait;
 use fawn_state::{Command, EventSink, Interrupt, StateUpdate, ThreadState};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
@@ -240,4 +240,26 @@ pub trait GraphRunner: Send + Sync {
         observer: Arc<dyn RunObserver>,
         cancel: CancellationToken,
     ) -> RunOutcome;
+}
+
+/// Adds LangGraph's context of a node's task to run metadata, as `messages` and `events`
+/// records carry it: `langgraph_step`, `langgraph_node`, `langgraph_triggers`,
+/// `langgraph_path` and `langgraph_checkpoint_ns`. Returns the task's namespace,
+/// `<node>:<task id>`.
+pub fn insert_node_context(
+    m: &mut Map<String, Value>,
+    step: i64,
+    node: &str,
+    task_id: &str,
+) -> String {
+    let ns = format!("{node}:{task_id}");
+    m.insert("langgraph_step".into(), json!(step));
+    m.insert("langgraph_node".into(), json!(node));
+    m.insert(
+        "langgraph_triggers".into(),
+        json!([format!("branch:to:{node}")]),
+    );
+    m.insert("langgraph_path".into(), json!(["__pregel_pull", node]));
+    m.insert("langgraph_checkpoint_ns".into(), json!(ns));
+    ns
 }

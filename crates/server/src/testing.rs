@@ -107,15 +107,7 @@ struct Ctx<'a> {
 impl Ctx<'_> {
     fn meta(&self, node: &str, task_id: &str) -> Map<String, Value> {
         let mut m = self.spec.metadata.clone();
-        let ns = format!("{node}:{task_id}");
-        m.insert("langgraph_step".into(), json!(self.step));
-        m.insert("langgraph_node".into(), json!(node));
-        m.insert(
-            "langgraph_triggers".into(),
-            json!([format!("branch:to:{node}")]),
-        );
-        m.insert("langgraph_path".into(), json!(["__pregel_pull", node]));
-        m.insert("langgraph_checkpoint_ns".into(), json!(ns));
+        let ns = fawn_agent::insert_node_context(&mut m, self.step, node, task_id);
         m.insert("checkpoint_ns".into(), json!(ns));
         m.insert("thread_id".into(), json!(self.spec.thread_id));
         m.insert("run_id".into(), json!(self.spec.run_id));

@@ -757,15 +757,7 @@ impl<'a> Loop<'a> {
     /// Run metadata plus LangGraph's node context, for `messages` events.
     fn node_metadata(&self, name: &str, task_id: &str) -> Map<String, Value> {
         let mut m = self.cfg.metadata.clone();
-        let ns = format!("{name}:{task_id}");
-        m.insert("langgraph_step".into(), json!(self.step));
-        m.insert("langgraph_node".into(), json!(name));
-        m.insert(
-            "langgraph_triggers".into(),
-            json!([format!("branch:to:{name}")]),
-        );
-        m.insert("langgraph_path".into(), json!(["__pregel_pull", name]));
-        m.insert("langgraph_checkpoint_ns".into(), json!(ns));
+        let ns = crate::contract::insert_node_context(&mut m, self.step, name, task_id);
         m.insert("checkpoint_ns".into(), json!(ns));
         m
     }
