@@ -381,11 +381,8 @@ impl Observer {
     /// `LangGraph`), carrying the run's input.
     pub fn graph_start(&self, input: Option<&Value>) {
         if self.modes.events {
-            self.publish_event(json!({
-                "event": "on_chain_start", "name": "LangGraph", "run_id": self.run_id,
-                "tags": [], "metadata": self.base_meta,
-                "data": {"input": input.cloned().unwrap_or(Value::Null)}, "parent_ids": [],
-            }));
+            let data = json!({"input": input.cloned().unwrap_or(Value::Null)});
+            self.graph_event("on_chain_start", data);
         }
     }
 
@@ -393,16 +390,8 @@ impl Observer {
     /// final values (sent when the run succeeded).
     pub fn graph_end(&self, output: &Value) {
         if self.modes.events {
-            self.publish_event(json!({
-                "event": "on_chain_stream", "name": "LangGraph", "run_id": self.run_id,
-                "tags": [], "metadata": self.base_meta,
-                "data": {"chunk": output}, "parent_ids": [],
-            }));
-            self.publish_event(json!({
-                "event": "on_chain_end", "name": "LangGraph", "run_id": self.run_id,
-                "tags": [], "metadata": self.base_meta,
-                "data": {"output": output}, "parent_ids": [],
-            }));
+            self.graph_event("on_chain_stream", json!({"chunk": output}));
+            self.graph_event("on_chain_end", json!({"output": output}));
         }
     }
 
@@ -410,20 +399,28 @@ impl Observer {
         self.log.publish("events", to_bytes(&event));
     }
 
+    /// Publishes an `events` record of the graph itself: the run's id, no parents.
+    fn graph_event(&self, kind: &str, data: Value) {
+        self.publish_event(json!({
+            "event": kind, "name": "LangGraph", "run_id": self.run_id, "tags": [],
+            "metadata": self.base_meta, "data": data, "parent_ids": [],
+        }));
+    }
+
+    /// Publishes an `events` record of a node's task, under the run.
+    fn node_event(&self, kind: &str, step: i64, node: &str, task_id: &str, data: Value) {
+        self.publish_event(json!({
+            "event": kind, "name": node, "run_id": task_id,
+            "tags": [format!("graph:step:{step}")],
+            "metadata": self.node_event_meta(step, node, task_id),
+            "data": data, "parent_ids": [self.run_id],
+        }));
+    }
+
     /// The run metadata plus a node's context, as `events` carry it.
     fn node_event_meta(&self, step: i64, node: &str, task_id: &str) -> Value {
         let mut m = self.base_meta.clone();
-        m.insert("langgraph_step".into(), json!(step));
-        m.insert("langgraph_node".into(), json!(node));
-        m.insert(
-            "langgraph_triggers".into(),
-            json!([format!("branch:to:{node}")]),
-        );
-        m.insert("langgraph_path".into(), json!(["__pregel_pull", node]));
-        m.insert(
-            "langgraph_checkpoint_ns".into(),
-            json!(format!("{node}:{task_id}")),
-        );
+        fawn_agent::insert_node_context(&mut m, step, node, task_id);
         Value::Object(m)
     }
 
@@ -702,12 +699,8 @@ impl EventSink for Observer {
                     }
                 }
                 if m.events {
-                    self.publish_event(json!({
-                        "event": "on_chain_start", "name": node, "run_id": task_id,
-                        "tags": [format!("graph:step:{step}")],
-                        "metadata": self.node_event_meta(step, &node, &task_id),
-                        "data": {"input": input}, "parent_ids": [self.run_id],
-                    }));
+                    let data = json!({"input": input});
+                    self.node_event("on_chain_start", step, &node, &task_id, data);
                 }
             }
             StreamEvent::ToolStart {
@@ -775,20 +768,12 @@ impl EventSink for Observer {
                     }
                 }
                 if m.events {
-                    let meta = self.node_event_meta(step, &node, &task_id);
-                    let tags = json!([format!("graph:step:{step}")]);
                     if !update.is_null() {
-                        self.publish_event(json!({
-                            "event": "on_chain_stream", "name": node, "run_id": task_id,
-                            "tags": tags, "metadata": meta,
-                            "data": {"chunk": update}, "parent_ids": [self.run_id],
-                        }));
+                        let data = json!({"chunk": &update});
+                        self.node_event("on_chain_stream", step, &node, &task_id, data);
                     }
-                    self.publish_event(json!({
-                        "event": "on_chain_end", "name": node, "run_id": task_id,
-                        "tags": tags, "metadata": meta,
-                        "data": {"output": update}, "parent_ids": [self.run_id],
-                    }));
+                    let data = json!({"output": update});
+                    self.node_event("on_chain_end", step, &node, &task_id, data);
                 }
             }
         }
