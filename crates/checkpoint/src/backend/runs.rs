@@ -8,7 +8,7 @@
 
 use super::checkpoints::delete_run_checkpoints;
 use super::db::{Arg, DbErr, DbResult, Dialect, Sql, Tx, retry};
-use super::threads::{apply_summary, refresh_expiry};
+use super::threads::{apply_summary, refresh_expiry, summary_config, summary_has_next};
 use super::{
     SqlStore, cancel_action_str, clamp_i64, lock_thread, refresh_thread_status, run_cols,
     run_from_row, thread_not_found,
@@ -472,11 +472,6 @@ impl SqlStore {
         now: DateTime<Utc>,
     ) -> DbResult<Run> {
         let summary = &outcome.thread;
-        let has_next = summary.has_next || !summary.interrupts.is_empty();
-        let config = summary
-            .config
-            .as_ref()
-            .map(|c| serde_json::to_string(c).unwrap_or_else(|_| "{}".to_string()));
         let rows = self
             .db
             .write_all(
@@ -493,10 +488,10 @@ impl SqlStore {
                 .arg(Arg::ts(now))
                 .arg(Arg::opt_json(summary.values.as_ref()))
                 .arg(Arg::json_map(&summary.interrupts))
-                .bind(has_next)
+                .bind(summary_has_next(summary))
                 .arg(Arg::opt_json(summary.error.as_ref()))
                 .arg(Arg::json_map(&summary.metadata))
-                .arg(Arg::Json(config)),
+                .arg(summary_config(summary)),
             )
             .await;
         let rows = match rows {

@@ -71,6 +71,21 @@ pub(crate) async fn delete_thread_rows(tx: &mut Tx, thread_id: &str) -> DbResult
     Ok(n > 0)
 }
 
+/// Whether a thread left with `summary` has work to resume: nodes next, or interrupts.
+pub(crate) fn summary_has_next(summary: &ThreadSummary) -> bool {
+    summary.has_next || !summary.interrupts.is_empty()
+}
+
+/// The thread config a summary sets, as an argument (`NULL` keeps the stored one).
+pub(crate) fn summary_config(summary: &ThreadSummary) -> Arg {
+    Arg::Json(
+        summary
+            .config
+            .as_ref()
+            .map(|c| serde_json::to_string(c).unwrap_or_else(|_| "{}".to_string())),
+    )
+}
+
 /// Records a run's (or a state update's) outcome on its thread and recomputes its status,
 /// in two statements: lock and read the metadata, then one UPDATE whose status CASE sees
 /// the new values (and, taken after the lock, every committed run of the thread).
@@ -91,7 +106,7 @@ pub(crate) async fn apply_summary(
         .ok_or_else(|| thread_not_found(thread_id))?;
     let mut metadata = row.map("metadata")?;
     merge_shallow(&mut metadata, &summary.metadata);
-    let has_next = summary.has_next || !summary.interrupts.is_empty();
+    let has_next = summary_has_next(summary);
     let row = tx
         .opt(
             Sql::new(concat!(
@@ -113,12 +128,7 @@ pub(crate) async fn apply_summary(
             .bind(has_next)
             .arg(Arg::opt_json(summary.error.as_ref()))
             .arg(Arg::json_map(&metadata))
-            .arg(Arg::Json(
-                summary
-                    .config
-                    .as_ref()
-                    .map(|c| serde_json::to_string(c).unwrap_or_else(|_| "{}".to_string())),
-            )),
+            .arg(summary_config(summary)),
         )
         .await?
         .ok_or_else(|| thread_not_found(thread_id))?;
