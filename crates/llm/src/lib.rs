@@ -9,6 +9,7 @@
 
 pub mod anthropic;
 pub mod content;
+pub mod demo;
 pub mod error;
 pub mod openai;
 pub mod registry;

@@ -1,30 +1,24 @@
-//! Building and running the server: [`Application::build`] binds the port, opens the
-//! database, resolves models (or starts the announced demo model), starts the shared
-//! services (sandbox provider, skills catalog, MCP manager, long-term memory; see
-//! [`crate::gateway::Services`]), registers graphs and their system assistants, recovers runs
-//! orphaned by a previous process and starts the background tasks (dispatcher, reaper,
-//! sweeper, cron scheduler); [`Application::run_until_stopped`] serves until a signal or
-//! [`AppHandle::shutdown`], then stops the runs, flushes pending memory updates and closes
-//! MCP sessions.
+//! Building and running the server: [`Application::build`] binds the port and starts the
+//! run lifecycle ([`fawn_runtime::Runtime::start`]: database, models or the announced demo
+//! model, shared services, graphs and their system assistants, recovery, background tasks);
+//! [`Application::run_until_stopped`] serves until a signal or [`AppHandle::shutdown`], then
+//! stops the runtime gracefully.
 
-use crate::graphs::{Graphs, system_assistant_id};
-use crate::runs::{Queue, QueueConfig};
 use crate::sse::StreamSettings;
-use crate::stream::{Broker, BrokerConfig};
 use axum::serve::ListenerExt;
-use chrono::{DateTime, Utc};
-use fawn_checkpoint::{BackendConfig, IfExists, NewAssistant, Persistence};
+use fawn_checkpoint::BackendConfig;
 use fawn_config::Settings;
 use fawn_llm::ModelRegistry;
-use serde_json::{Map, json};
+use fawn_runtime::broker::BrokerConfig;
+use fawn_runtime::runs::QueueConfig;
+use fawn_runtime::{Graphs, Rt, Runtime, RuntimeOptions};
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-/// A source of "now" (tests use a manual clock to fire crons).
-pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
+pub use fawn_runtime::Clock;
 
 /// Everything that is not in `config.yaml`: where to listen and how the machinery is tuned.
 #[derive(Clone)]
@@ -34,7 +28,7 @@ pub struct AppOptions {
     pub port: u16,
     /// Overrides the database chosen by the settings (tests).
     pub backend: Option<BackendConfig>,
-    /// Overrides the graph registry (tests, or the binary once the lead agent is wired).
+    /// Overrides the graph registry (tests, benchmarks).
     pub graphs: Option<Graphs>,
     /// Overrides the models built from `config.yaml`.
     pub models: Option<ModelRegistry>,
@@ -89,13 +83,6 @@ impl Default for AppOptions {
     }
 }
 
-/// The demo model started when no model is configured.
-pub struct DemoModel {
-    pub name: String,
-    pub base_url: String,
-    _mock: fawn_testkit::MockLlm,
-}
-
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
@@ -107,120 +94,37 @@ pub enum BuildError {
         port: u16,
         source: std::io::Error,
     },
-    #[error("database: {0}")]
-    Database(String),
-    #[error("models: {0}")]
-    Models(String),
-    #[error("demo model: {0}")]
-    Demo(String),
-    #[error("lead agent: {0}")]
-    Agent(String),
+    #[error(transparent)]
+    Runtime(#[from] fawn_runtime::BuildError),
 }
 
-/// State shared by every handler and background task.
+/// State shared by every handler: the runtime, and how HTTP answers are shaped.
 pub struct Shared {
-    pub settings: Settings,
-    pub store: Arc<dyn Persistence>,
-    pub graphs: Graphs,
-    pub models: ModelRegistry,
-    pub broker: Broker,
-    pub queue: Queue,
+    pub rt: Rt,
     pub stream: StreamSettings,
-    pub webhook_client: reqwest::Client,
-    pub demo: Option<DemoModel>,
     pub body_limit: usize,
+    /// `POST /internal/truncate` is served.
     pub test_hooks: bool,
-    pub user_id: String,
-    pub cron_interval: Duration,
-    pub cron_notify: tokio::sync::Notify,
-    /// Sandbox provider, extensions file, skills, MCP and memory (gateway routes and agent).
-    pub gateway: crate::gateway::Services,
-    clock: Clock,
-    local_addr: OnceLock<SocketAddr>,
-    pub shutdown: CancellationToken,
-    /// Assistants read by run creation, kept briefly (see [`Shared::assistant`]).
-    assistants: std::sync::RwLock<
-        std::collections::HashMap<String, (fawn_checkpoint::Assistant, std::time::Instant)>,
-    >,
 }
 
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Shared")
-            .field("backend", &self.store.backend())
-            .field("graphs", &self.graphs)
+            .field("rt", &self.rt)
             .finish_non_exhaustive()
     }
 }
 
-pub type AppState = Arc<Shared>;
+/// Handlers read the runtime's parts (`app.store`, `app.graphs`, …) through the state.
+impl std::ops::Deref for Shared {
+    type Target = Runtime;
 
-impl Shared {
-    pub fn now(&self) -> DateTime<Utc> {
-        (self.clock)()
-    }
-
-    pub fn local_port(&self) -> Option<u16> {
-        self.local_addr.get().map(SocketAddr::port)
-    }
-
-    /// An assistant for run creation, from a short-lived cache: changes made through this
-    /// process are seen at once, changes made by another process within
-    /// `ASSISTANT_CACHE_TTL`.
-    pub async fn assistant(
-        &self,
-        id: &str,
-    ) -> fawn_checkpoint::Result<Option<fawn_checkpoint::Assistant>> {
-        {
-            let cache = match self.assistants.read() {
-                Ok(c) => c,
-                Err(p) => p.into_inner(),
-            };
-            if let Some((a, at)) = cache.get(id)
-                && at.elapsed() < ASSISTANT_CACHE_TTL
-            {
-                return Ok(Some(a.clone()));
-            }
-        }
-        let found = self.store.get_assistant(id).await?;
-        let mut cache = match self.assistants.write() {
-            Ok(c) => c,
-            Err(p) => p.into_inner(),
-        };
-        match &found {
-            Some(a) => {
-                if cache.len() >= 1024 {
-                    cache.clear();
-                }
-                cache.insert(id.to_string(), (a.clone(), std::time::Instant::now()));
-            }
-            None => {
-                cache.remove(id);
-            }
-        }
-        Ok(found)
-    }
-
-    /// Drops every cached assistant.
-    pub fn forget_assistants(&self) {
-        match self.assistants.write() {
-            Ok(mut c) => c.clear(),
-            Err(p) => p.into_inner().clear(),
-        }
-    }
-
-    /// Drops a cached assistant (after this process changed or deleted it).
-    pub fn forget_assistant(&self, id: &str) {
-        let mut cache = match self.assistants.write() {
-            Ok(c) => c,
-            Err(p) => p.into_inner(),
-        };
-        cache.remove(id);
+    fn deref(&self) -> &Runtime {
+        &self.rt
     }
 }
 
-/// How long run creation trusts a cached assistant.
-pub const ASSISTANT_CACHE_TTL: Duration = Duration::from_secs(2);
+pub type AppState = Arc<Shared>;
 
 /// The listener type: every accepted connection gets `TCP_NODELAY`.
 pub type Listener = axum::serve::TapIo<TcpListener, fn(&mut TcpStream)>;
@@ -248,94 +152,6 @@ pub async fn bind_listener(host: &str, port: u16) -> Result<Listener, BuildError
     }
 }
 
-/// The graphs served when the caller does not provide any: DeerFlow's lead agent
-/// (`lead_agent`) with its middleware chains, config tools, built-ins, MCP tools (through the
-/// shared manager), the cached skills catalog and long-term memory (queue and injection),
-/// running tools in the shared local sandbox provider.
-pub async fn default_graphs(
-    settings: &Settings,
-    models: &ModelRegistry,
-    services: &crate::gateway::Services,
-) -> Result<Graphs, BuildError> {
-    let provider = services.sandbox.clone();
-    let bash_available = match provider.bash_mode().await {
-        fawn_sandbox::BashMode::Sandboxed => true,
-        fawn_sandbox::BashMode::Host(why) => {
-            tracing::warn!("bash runs on the host, not sandboxed: {why}");
-            true
-        }
-        fawn_sandbox::BashMode::Unavailable(why) => {
-            tracing::warn!("bash is unavailable to the agent: {why}");
-            false
-        }
-    };
-    let settings = Arc::new(settings.clone());
-    let mcp: Arc<dyn fawn_agent::ToolSource> =
-        Arc::new(crate::gateway::McpToolSource(services.mcp.clone()));
-    let mut deps = fawn_agent::AgentDeps::deerflow_with_mcp(
-        settings.clone(),
-        models.clone(),
-        provider,
-        bash_available,
-        Some(mcp),
-    )
-    .map_err(|issues| {
-        BuildError::Agent(
-            issues
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("; "),
-        )
-    })?;
-    deps.skills = Arc::new(crate::gateway::CachedSkills(services.skills.clone()));
-    if let Some(memory) = &services.memory {
-        deps.memory = Some(memory.queue.clone());
-        let reader: Arc<dyn fawn_middleware::MemoryReader> = memory.clone();
-        let chain_deps = fawn_middleware::ChainDeps::new(settings)
-            .with_write_todos(Some(Arc::new(fawn_tools::builtins::WriteTodosTool::new())))
-            .with_memory(reader);
-        deps.chains = Arc::new(fawn_agent::DeerFlowChains { deps: chain_deps });
-    }
-    Ok(Graphs::new().with(Arc::new(fawn_agent::LeadAgent::new(deps))))
-}
-
-async fn start_demo_model() -> Result<(DemoModel, ModelRegistry), BuildError> {
-    let mock = fawn_testkit::MockLlm::start_with(
-        fawn_testkit::MockConfig::default()
-            .with_behavior(fawn_testkit::Behavior::Demo)
-            .with_model("fawn-demo"),
-    )
-    .await
-    .map_err(|e| BuildError::Demo(e.to_string()))?;
-    let cfg = fawn_config::ModelConfig {
-        name: "fawn-demo".into(),
-        display_name: Some("Fawn demo model (no LLM configured)".into()),
-        use_: "langchain_openai:ChatOpenAI".into(),
-        model: Some("fawn-demo".into()),
-        base_url: Some(mock.base_url()),
-        api_key: Some("fawn-demo-no-key".into()),
-        ..Default::default()
-    };
-    let model = fawn_llm::build_model(&cfg, 0, &fawn_llm::ProviderOptions::default()).map_err(
-        |issues| {
-            BuildError::Demo(
-                issues
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            )
-        },
-    )?;
-    let demo = DemoModel {
-        name: "fawn-demo".into(),
-        base_url: mock.base_url(),
-        _mock: mock,
-    };
-    Ok((demo, ModelRegistry::from_models(vec![model])))
-}
-
 /// A built server, ready to run.
 pub struct Application {
     listener: Listener,
@@ -360,19 +176,18 @@ pub struct AppHandle {
 impl AppHandle {
     /// Graceful stop: no new claims, in-flight runs released, connections drained.
     pub fn shutdown(&self) {
-        self.state.shutdown.cancel();
+        self.state.rt.shutdown.cancel();
     }
 
     /// Simulates a crash: every task of the run machinery is aborted without writing
     /// anything (the HTTP server task must be aborted by its owner).
     pub fn crash(&self) {
-        self.state.queue.abort_all();
-        self.state.shutdown.cancel();
+        self.state.rt.crash();
     }
 
     /// Makes the cron scheduler look for due crons now.
     pub fn tick_crons(&self) {
-        self.state.cron_notify.notify_one();
+        self.state.rt.wake_crons();
     }
 }
 
@@ -384,127 +199,32 @@ impl Application {
             port: options.port,
             source: e,
         })?;
-        let backend = match options.backend.clone() {
-            Some(b) => b,
-            None => BackendConfig::from_settings(&settings)
-                .map_err(|e| BuildError::Database(e.to_string()))?,
-        };
-        if let BackendConfig::Sqlite { path } = &backend
-            && let Some(dir) = path.parent()
-        {
-            tokio::fs::create_dir_all(dir)
-                .await
-                .map_err(|e| BuildError::Database(format!("{}: {e}", dir.display())))?;
-        }
-        let store = fawn_checkpoint::open(&backend)
-            .await
-            .map_err(|e| BuildError::Database(e.to_string()))?;
-
-        let (models, demo) = match options.models.clone() {
-            Some(m) => (m, None),
-            None if !settings.app.models.is_empty() => {
-                let m = ModelRegistry::from_config(&settings.app).map_err(|issues| {
-                    BuildError::Models(
-                        issues
-                            .iter()
-                            .map(ToString::to_string)
-                            .collect::<Vec<_>>()
-                            .join("; "),
-                    )
-                })?;
-                (m, None)
-            }
-            None => {
-                let (demo, m) = start_demo_model().await?;
-                tracing::warn!(
-                    "NO MODEL CONFIGURED: answering with the built-in DEMO model `{}` \
-                     (a local mock, not a language model). Add `models:` to config.yaml \
-                     for real answers.",
-                    demo.name
-                );
-                (m, Some(demo))
-            }
-        };
-        let services =
-            crate::gateway::Services::start(&settings, &models, &options.user_id, demo.is_none())
-                .await?;
-        let graphs = match options.graphs.clone() {
-            Some(g) => g,
-            None => default_graphs(&settings, &models, &services).await?,
-        };
-        for graph_id in graphs.ids() {
-            let mut meta = Map::new();
-            meta.insert("created_by".into(), json!("system"));
-            store
-                .upsert_system_assistant(NewAssistant {
-                    assistant_id: Some(system_assistant_id(graph_id)),
-                    graph_id: graph_id.to_string(),
-                    config: Map::new(),
-                    context: Map::new(),
-                    metadata: meta,
-                    name: graph_id.to_string(),
-                    description: None,
-                    if_exists: IfExists::DoNothing,
-                })
-                .await
-                .map_err(|e| BuildError::Database(format!("system assistant: {e}")))?;
-        }
-        let recover_all = options
-            .recover_all_on_startup
-            .unwrap_or(matches!(backend, BackendConfig::Sqlite { .. }));
-        let shutdown = CancellationToken::new();
-        let webhook_client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| BuildError::Bind {
-                host: options.host.clone(),
-                port: options.port,
-                source: std::io::Error::other(e.to_string()),
-            })?;
-        let state = Arc::new(Shared {
+        let rt = Runtime::start(
             settings,
-            store,
-            graphs,
-            models,
-            broker: Broker::new(options.broker.clone()),
-            queue: Queue::new(options.queue.clone()),
+            RuntimeOptions {
+                backend: options.backend.clone(),
+                graphs: options.graphs.clone(),
+                models: options.models.clone(),
+                queue: options.queue.clone(),
+                broker: options.broker.clone(),
+                clock: options.clock.clone(),
+                cron_interval: options.cron_interval,
+                recover_all_on_startup: options.recover_all_on_startup,
+                user_id: options.user_id.clone(),
+                local_addr: Some(addr),
+            },
+        )
+        .await?;
+        let state = Arc::new(Shared {
             stream: StreamSettings {
                 heartbeat: options.heartbeat,
                 keepalive: options.keepalive,
-                shutdown: shutdown.clone(),
+                shutdown: rt.shutdown.clone(),
             },
-            webhook_client,
-            demo,
+            rt,
             body_limit: options.body_limit,
             test_hooks: options.test_hooks,
-            user_id: options.user_id.clone(),
-            cron_interval: options.cron_interval,
-            cron_notify: tokio::sync::Notify::new(),
-            gateway: services,
-            clock: options.clock.clone().unwrap_or_else(|| Arc::new(Utc::now)),
-            local_addr: OnceLock::new(),
-            shutdown,
-            assistants: std::sync::RwLock::new(std::collections::HashMap::new()),
         });
-        let _ = state.local_addr.set(addr);
-
-        // Startup recovery: runs a dead process left `running` go back to the queue and
-        // resume from their last checkpoint.
-        let horizon = if recover_all {
-            Utc::now() + chrono::Duration::days(3650)
-        } else {
-            Utc::now()
-        };
-        crate::runs::reap(&state, horizon).await;
-
-        let q = &state.queue;
-        q.spawn(crate::runs::dispatcher(state.clone()));
-        q.spawn(crate::runs::reaper(state.clone()));
-        q.spawn(sweeper(state.clone()));
-        q.spawn(crate::crons::scheduler(state.clone()));
-        q.notify.notify_one();
         Ok(Application {
             listener,
             addr,
@@ -531,7 +251,7 @@ impl Application {
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         let state = self.state.clone();
         let router = crate::routes::router(state.clone());
-        let token = state.shutdown.clone();
+        let token = state.rt.shutdown.clone();
         let signals = tokio::spawn(wait_for_signal(token.clone()));
         // `into_make_service` resolves the routes' state once; serving the `Router` itself
         // would redo that (cloning the whole route table) for every accepted connection.
@@ -539,9 +259,7 @@ impl Application {
             .with_graceful_shutdown(token.cancelled_owned())
             .await;
         signals.abort();
-        crate::runs::shutdown(&state).await;
-        state.gateway.shutdown().await;
-        state.store.close().await;
+        state.rt.stop().await;
         result
     }
 }
@@ -569,37 +287,4 @@ async fn wait_for_signal(token: CancellationToken) {
     }
     tracing::info!("shutting down");
     token.cancel();
-}
-
-/// Drops expired stream logs, expired threads (TTL) and expired store items.
-async fn sweeper(app: AppState) {
-    let mut ticks: u64 = 0;
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
-            _ = app.queue.stopping.cancelled() => return,
-        }
-        ticks += 1;
-        app.broker.sweep();
-        if ticks.is_multiple_of(12) {
-            let now = Utc::now();
-            match app.store.expired_threads(now, 100).await {
-                Ok(threads) => {
-                    for t in threads {
-                        let strategy = t.ttl.as_ref().map(|t| t.strategy).unwrap_or_default();
-                        let ids = [t.thread_id.clone()];
-                        if let Err(e) = app.store.prune_threads(&ids, strategy).await {
-                            tracing::warn!(thread_id = %t.thread_id, error = %e, "TTL sweep failed");
-                        } else if strategy == fawn_checkpoint::PruneStrategy::Delete {
-                            crate::routes::threads::delete_thread_files(&app, &t.thread_id).await;
-                        }
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "TTL sweep failed"),
-            }
-            if let Err(e) = app.store.sweep_expired_items(now).await {
-                tracing::warn!(error = %e, "store TTL sweep failed");
-            }
-        }
-    }
 }

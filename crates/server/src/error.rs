@@ -59,6 +59,21 @@ impl ApiError {
     }
 }
 
+/// The one place runtime errors become statuses: 404, 409, 422 and 400 for what the client
+/// can fix, a logged 500 for a storage failure.
+impl From<fawn_runtime::RuntimeError> for ApiError {
+    fn from(e: fawn_runtime::RuntimeError) -> Self {
+        use fawn_runtime::RuntimeError as E;
+        match e {
+            E::NotFound(m) => ApiError::not_found(m),
+            E::Conflict(m) => ApiError::conflict(m),
+            E::Invalid(m) => ApiError::unprocessable(m),
+            E::Rejected(m) => ApiError::bad_request(m),
+            E::Store { context, source } => ApiError::store(context, source),
+        }
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         ApiError::store("storage operation failed", e)

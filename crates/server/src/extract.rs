@@ -336,3 +336,18 @@ mod tests {
         );
     }
 }
+
+/// The request headers a run copies into its `configurable` (see
+/// [`fawn_runtime::create::header_goes_to_config`]).
+pub fn config_headers(headers: &axum::http::HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .filter(|(name, _)| fawn_runtime::create::header_goes_to_config(name.as_str()))
+        .filter_map(|(name, value)| {
+            value
+                .to_str()
+                .ok()
+                .map(|v| (name.as_str().to_string(), v.to_string()))
+        })
+        .collect()
+}

@@ -4,10 +4,10 @@
 //! Framing (`langgraph-api.md` §5.1): `event: <name>\n`, one `data: <json>\n` line, an
 //! optional `id: <n>\n`, a blank line. Heartbeats are `: heartbeat\n\n` comments.
 
-use crate::stream::{Event, Next, Subscription, ThreadItem, ThreadWatch};
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, header};
 use bytes::Bytes;
+use fawn_runtime::broker::{Event, Next, Subscription, ThreadItem, ThreadWatch};
 use futures::future::BoxFuture;
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,17 +6,15 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use fawn_checkpoint::{
-    Assistant, AssistantVersion, Checkpoint, Cron, Item, JsonMap, Run, TaskRecord, Thread,
+    Assistant, AssistantVersion, Checkpoint, Cron, Item, Run, TaskRecord, Thread,
 };
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 
-/// `2026-11-21T12:31:24.238037+00:00`.
-pub fn ts(t: &DateTime<Utc>) -> String {
-    t.format("%Y-%m-%dT%H:%M:%S%.6f+00:00").to_string()
-}
+pub use fawn_runtime::wire::{checkpoint_ref, interrupts_by_task, run, run_out, ts};
 
+/// [`ts`] (`2026-11-21T12:31:24.238037+00:00`), or `null`.
 pub fn ts_opt(t: &Option<DateTime<Utc>>) -> Value {
     match t {
         Some(t) => Value::String(ts(t)),
@@ -142,11 +140,6 @@ pub fn thread_with_ttl(t: &Thread) -> Value {
     v
 }
 
-/// A checkpoint reference `{checkpoint_id, thread_id, checkpoint_ns}`.
-pub fn checkpoint_ref(thread_id: &str, ns: &str, id: &str) -> Value {
-    json!({"checkpoint_id": id, "thread_id": thread_id, "checkpoint_ns": ns})
-}
-
 /// A task of a checkpoint. `ran` holds the writes of the step that ran from it (the
 /// checkpoint it produced), when known: a task that finished carries its writes as `result`.
 fn task_json(t: &TaskRecord, ran: Option<&[(String, Value)]>) -> Value {
@@ -255,62 +248,7 @@ pub fn empty_thread_state() -> Value {
     })
 }
 
-/// `{task_id: [Interrupt…]}` for `Thread.interrupts`.
-pub fn interrupts_by_task(tasks: &[TaskRecord]) -> JsonMap {
-    let mut m = Map::new();
-    for t in tasks {
-        if !t.interrupts.is_empty() {
-            m.insert(t.id.clone(), json!(t.interrupts));
-        }
-    }
-    m
-}
-
 // ------------------------------------------------------------------------------------ runs
-
-#[derive(Serialize)]
-struct RunOut<'a> {
-    run_id: &'a str,
-    thread_id: &'a str,
-    assistant_id: &'a str,
-    created_at: String,
-    updated_at: String,
-    status: &'static str,
-    metadata: &'a JsonMap,
-    multitask_strategy: &'static str,
-    kwargs: &'a JsonMap,
-    attempt: u32,
-    error: &'a Option<Value>,
-    cancel_reason: Option<&'static str>,
-    stop_reason: &'a Option<String>,
-    langsmith_session_name: Option<()>,
-}
-
-fn run_out(r: &Run) -> RunOut<'_> {
-    RunOut {
-        run_id: &r.run_id,
-        thread_id: &r.thread_id,
-        assistant_id: &r.assistant_id,
-        created_at: ts(&r.created_at),
-        updated_at: ts(&r.updated_at),
-        status: r.status.as_str(),
-        metadata: &r.metadata,
-        multitask_strategy: r.multitask_strategy.as_str(),
-        kwargs: &r.kwargs,
-        attempt: r.attempt,
-        error: &r.error,
-        cancel_reason: r.cancel_requested.map(|a| match a {
-            fawn_checkpoint::CancelAction::Interrupt => "interrupt",
-            fawn_checkpoint::CancelAction::Rollback => "rollback",
-        }),
-        stop_reason: &r.stop_reason,
-        langsmith_session_name: None,
-    }
-}
-
-pub fn run(r: &Run) -> Value {
-    serde_json::to_value(run_out(r)).unwrap_or(Value::Null)
-}
 
 /// A `Run` response serialized without an intermediate `Value`.
 pub fn run_response(r: &Run) -> Response {

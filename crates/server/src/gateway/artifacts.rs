@@ -152,7 +152,7 @@ pub async fn get(
     }
     let download = q.bool("download")?.unwrap_or(false);
     // A thread without files has no artifacts (and is not given a directory by asking).
-    let user_data = app.gateway.sandbox.thread_paths(&thread_id).user_data;
+    let user_data = app.services.sandbox.thread_paths(&thread_id).user_data;
     if !tokio::fs::try_exists(&user_data).await.unwrap_or(false) {
         return Err(ApiError::not_found(format!("Artifact not found: {rel}")));
     }

@@ -252,13 +252,18 @@ fn config_view(servers: &Map<String, Value>) -> Value {
     json!({ "mcp_servers": out })
 }
 
-fn read_error(e: super::services::ExtensionsError) -> ApiError {
+fn read_error(e: fawn_runtime::services::ExtensionsError) -> ApiError {
     ApiError::conflict(format!("extensions_config.json: {e}"))
 }
 
 /// `GET /api/mcp/config`.
 pub async fn get(State(app): State<AppState>) -> ApiResult<Response> {
-    let raw = app.gateway.extensions.current().await.map_err(read_error)?;
+    let raw = app
+        .services
+        .extensions
+        .current()
+        .await
+        .map_err(read_error)?;
     Ok(ok(&config_view(&raw_servers(&raw))))
 }
 
@@ -537,7 +542,7 @@ async fn store_servers(
             detail.join("; ")
         )));
     }
-    let gw = &app.gateway;
+    let gw = &app.services;
     gw.extensions
         .write(&raw)
         .await
@@ -556,7 +561,7 @@ pub async fn put(
     State(app): State<AppState>,
     JsonBody(body): JsonBody<PutBody>,
 ) -> ApiResult<Response> {
-    let gw = &app.gateway;
+    let gw = &app.services;
     let _guard = gw.extensions.lock().await;
     let raw = gw.extensions.current().await.map_err(read_error)?;
     let previous = raw_servers(&raw);
@@ -591,7 +596,7 @@ pub async fn patch(
     State(app): State<AppState>,
     JsonBody(body): JsonBody<PatchBody>,
 ) -> ApiResult<Response> {
-    let gw = &app.gateway;
+    let gw = &app.services;
     let _guard = gw.extensions.lock().await;
     let raw = gw.extensions.current().await.map_err(read_error)?;
     let previous = raw_servers(&raw);
@@ -613,7 +618,7 @@ pub async fn patch(
 
 /// `POST /api/mcp/cache/reset`.
 pub async fn reset(State(app): State<AppState>) -> Response {
-    app.gateway.mcp.current().reset().await;
+    app.services.mcp.current().reset().await;
     ok(&json!({
         "success": true,
         "message": "MCP sessions closed and tools cleared; the next run reconnects",

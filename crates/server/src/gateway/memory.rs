@@ -34,7 +34,7 @@ fn data_json(d: &MemoryData) -> Value {
 /// `GET /api/memory` (also `POST /api/memory/reload`: nothing is cached, so it reads again).
 pub async fn get(State(app): State<AppState>) -> ApiResult<Response> {
     let d = app
-        .gateway
+        .services
         .memory_store
         .load(&app.user_id)
         .await
@@ -45,7 +45,7 @@ pub async fn get(State(app): State<AppState>) -> ApiResult<Response> {
 /// `DELETE /api/memory`: forgets everything (the revision keeps counting).
 pub async fn clear(State(app): State<AppState>) -> ApiResult<Response> {
     let d = app
-        .gateway
+        .services
         .memory_store
         .update(&app.user_id, |d| {
             let revision = d.revision;
@@ -131,7 +131,7 @@ pub async fn add_fact(
         ..Default::default()
     };
     let d = app
-        .gateway
+        .services
         .memory_store
         .update(&app.user_id, move |d| {
             d.facts.push(fact);
@@ -165,7 +165,7 @@ pub async fn patch_fact(
     }
     let mut found = false;
     let d = app
-        .gateway
+        .services
         .memory_store
         .update(&app.user_id, |d| {
             let Some(f) = d.facts.iter_mut().find(|f| f.id == id) else {
@@ -199,7 +199,7 @@ pub async fn delete_fact(
 ) -> ApiResult<Response> {
     let mut found = false;
     let d = app
-        .gateway
+        .services
         .memory_store
         .update(&app.user_id, |d| {
             let before = d.facts.len();
@@ -218,7 +218,7 @@ pub async fn delete_fact(
 /// `GET /api/memory/export`: the document, as a download.
 pub async fn export(State(app): State<AppState>) -> ApiResult<Response> {
     let d = app
-        .gateway
+        .services
         .memory_store
         .load(&app.user_id)
         .await
@@ -260,7 +260,7 @@ pub async fn import(
         }
     }
     let d = app
-        .gateway
+        .services
         .memory_store
         .update(&app.user_id, move |d| {
             let revision = d.revision;
@@ -277,7 +277,7 @@ fn config_json(app: &AppState) -> Value {
     let m = &app.settings.app.memory;
     json!({
         "enabled": m.enabled,
-        "running": app.gateway.memory.is_some(),
+        "running": app.services.memory.is_some(),
         "mode": m.mode,
         "injection_enabled": m.injection_enabled,
         "shutdown_flush_timeout_seconds": m.shutdown_flush_timeout_seconds,
@@ -298,12 +298,12 @@ pub async fn config(State(app): State<AppState>) -> Response {
 /// `GET /api/memory/status`: `{config, data}` (+ queue counters when memory runs).
 pub async fn status(State(app): State<AppState>) -> ApiResult<Response> {
     let d = app
-        .gateway
+        .services
         .memory_store
         .load(&app.user_id)
         .await
         .map_err(memory_error)?;
-    let queue = app.gateway.memory.as_ref().map(|m| {
+    let queue = app.services.memory.as_ref().map(|m| {
         let s = m.queue.stats();
         json!({
             "pending": m.queue.pending_count(),

@@ -27,12 +27,9 @@ pub mod artifacts;
 pub mod config;
 pub mod mcp;
 pub mod memory;
-pub mod services;
 pub mod skills;
 pub mod threads;
 pub mod uploads;
-
-pub use services::{CachedSkills, ExtensionsFile, McpHub, McpToolSource, Services, SkillsCache};
 
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult, method_not_allowed_fallback};

@@ -26,7 +26,7 @@ fn skill_json(s: &Skill) -> Value {
 }
 
 pub async fn list(State(app): State<AppState>) -> Response {
-    let catalog = app.gateway.skills.catalog().await;
+    let catalog = app.services.skills.catalog().await;
     let skills: Vec<Value> = catalog.skills().iter().map(skill_json).collect();
     ok(&json!({"skills": skills}))
 }
@@ -36,7 +36,7 @@ fn not_found(name: &str) -> ApiError {
 }
 
 pub async fn get_one(State(app): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
-    let catalog = app.gateway.skills.catalog().await;
+    let catalog = app.services.skills.catalog().await;
     match catalog.get(&name) {
         Some(s) => Ok(ok(&skill_json(s))),
         None => Err(not_found(&name)),
@@ -54,7 +54,7 @@ pub async fn put(
     Path(name): Path<String>,
     JsonBody(body): JsonBody<ToggleBody>,
 ) -> ApiResult<Response> {
-    let gw = &app.gateway;
+    let gw = &app.services;
     if gw.skills.catalog().await.get(&name).is_none() {
         return Err(not_found(&name));
     }
@@ -96,7 +96,7 @@ pub async fn put(
 
 /// `POST /api/skills/reload`: scans the skills directory again now.
 pub async fn reload(State(app): State<AppState>) -> Response {
-    let catalog = app.gateway.skills.reload().await;
+    let catalog = app.services.skills.reload().await;
     ok(&json!({
         "success": true,
         "scope": "process",

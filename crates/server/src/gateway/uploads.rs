@@ -223,7 +223,7 @@ fn sandbox_error(context: &str, e: SandboxError) -> ApiError {
 
 /// The thread's sandbox (created on first use).
 pub async fn thread_sandbox(app: &AppState, thread_id: &str) -> ApiResult<Arc<dyn Sandbox>> {
-    let provider = &app.gateway.sandbox;
+    let provider = &app.services.sandbox;
     let id = provider
         .acquire(thread_id)
         .await
@@ -390,7 +390,7 @@ async fn publish(
 }
 
 fn uploads_dir(app: &AppState, thread_id: &str) -> PathBuf {
-    app.gateway.sandbox.thread_paths(thread_id).uploads
+    app.services.sandbox.thread_paths(thread_id).uploads
 }
 
 /// `GET /api/threads/{id}/uploads/list`.

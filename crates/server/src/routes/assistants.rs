@@ -238,7 +238,7 @@ pub async fn delete(
                 break;
             }
             for t in &page.items {
-                crate::routes::threads::delete_thread_fully(&app, &t.thread_id).await?;
+                fawn_runtime::threads::delete_thread(&app.rt, &t.thread_id).await?;
             }
         }
     }

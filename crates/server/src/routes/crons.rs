@@ -1,18 +1,18 @@
 //! `/runs/crons*` and `/threads/{id}/runs/crons`.
 
 use crate::app::AppState;
-use crate::crons::{next_run, parse_schedule, parse_tz};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{JsonBody, OptionalJsonBody, uuid_param};
 use crate::routes::assistants::{paginated, sort_order};
 use crate::routes::threads::load_thread;
-use crate::runs::create::{RunCreate, RunTarget, prepare_run, resolve_assistant};
 use crate::wire;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use fawn_checkpoint::{CronFilter, CronPatch, CronQuery, CronSort, JsonMap, NewCron};
+use fawn_runtime::create::{RunCreate, RunTarget, prepare_run, resolve_assistant};
+use fawn_runtime::crons::{next_run, parse_schedule, parse_tz};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -92,7 +92,7 @@ async fn create_cron(
     }
     let run_body: RunCreate = serde_json::from_value(Value::Object(payload.clone()))
         .map_err(|e| ApiError::unprocessable(format!("Invalid request body: {e}")))?;
-    let assistant = resolve_assistant(app, &run_body.assistant_id).await?;
+    let assistant = resolve_assistant(&app.rt, &run_body.assistant_id).await?;
     let target = match &thread_id {
         Some(t) => RunTarget::Thread(t.clone()),
         None => RunTarget::CronStateless {
@@ -100,7 +100,7 @@ async fn create_cron(
         },
     };
     // Validate the run each tick will create, now.
-    prepare_run(app, run_body, target, None).await?;
+    prepare_run(&app.rt, run_body, target, &[]).await?;
     payload.insert("assistant_id".into(), json!(assistant.assistant_id));
     let metadata = match body.get("metadata") {
         Some(Value::Object(m)) => m.clone(),
@@ -252,8 +252,8 @@ pub async fn patch(
             Some(t) => RunTarget::Thread(t.clone()),
             None => RunTarget::CronStateless { keep: true },
         };
-        let assistant = resolve_assistant(&app, &run_body.assistant_id).await?;
-        prepare_run(&app, run_body, target, None).await?;
+        let assistant = resolve_assistant(&app.rt, &run_body.assistant_id).await?;
+        prepare_run(&app.rt, run_body, target, &[]).await?;
         payload_patch.insert("assistant_id".into(), json!(assistant.assistant_id));
         patch.payload = Some(payload_patch);
     }

@@ -3,14 +3,12 @@
 
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{JsonBody, Prefix, Query, header_str, uuid_param};
+use crate::extract::{JsonBody, Prefix, Query, config_headers, header_str, uuid_param};
 use crate::routes::threads::load_thread;
-use crate::runs::create::{CreatedRun, RunCreate, RunTarget, commit_run, create_run, prepare_run};
 use crate::sse::{
     DisconnectGuard, Liveness, ThreadModes, run_stream_body, single_event_body, sse_headers,
     thread_stream_body, wait_body,
 };
-use crate::stream::{Cursor, ModeFilter};
 use crate::wire;
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -18,6 +16,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use fawn_checkpoint::{CancelAction, CancelTarget, Run, RunQuery, RunStatus, ThreadStatus};
+use fawn_runtime::broker::{Cursor, ModeFilter};
+use fawn_runtime::create::{CreatedRun, RunCreate, RunTarget, commit_run, create_run, prepare_run};
 use futures::FutureExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -63,8 +63,10 @@ fn on_disconnect_cancel(app: &AppState, c: &CreatedRun) -> DisconnectGuard {
                 thread_id: Some(thread_id),
                 run_ids: vec![run_id.clone()],
             };
-            if let Err(e) = crate::runs::cancel(&app, target, CancelAction::Interrupt).await {
-                tracing::debug!(%run_id, error = %e.detail, "cancel on disconnect");
+            if let Err(e) =
+                fawn_runtime::runs::cancel(&app.rt, target, CancelAction::Interrupt).await
+            {
+                tracing::debug!(%run_id, error = %e, "cancel on disconnect");
             }
         });
     })))
@@ -179,7 +181,8 @@ fn wait_future(
                 }
             }
             None => {
-                crate::runs::wait_terminal(&app, &run_id, Duration::from_secs(86_400)).await;
+                fawn_runtime::runs::wait_terminal(&app.rt, &run_id, Duration::from_secs(86_400))
+                    .await;
                 final_body(&app, &run_id, &thread_id).await
             }
         }
@@ -211,7 +214,13 @@ pub async fn create_background(
     JsonBody(body): JsonBody<RunCreate>,
 ) -> ApiResult<Response> {
     let tid = uuid_param("thread", &tid)?;
-    let c = create_run(&app, body, RunTarget::Thread(tid.clone()), Some(&headers)).await?;
+    let c = create_run(
+        &app.rt,
+        body,
+        RunTarget::Thread(tid.clone()),
+        &config_headers(&headers),
+    )
+    .await?;
     let cl = format!("{prefix}/threads/{tid}/runs/{}", c.run.run_id);
     Ok(with_locations(wire::run_response(&c.run), None, &cl))
 }
@@ -224,7 +233,13 @@ pub async fn create_stream(
     JsonBody(body): JsonBody<RunCreate>,
 ) -> ApiResult<Response> {
     let tid = uuid_param("thread", &tid)?;
-    let c = create_run(&app, body, RunTarget::Thread(tid.clone()), Some(&headers)).await?;
+    let c = create_run(
+        &app.rt,
+        body,
+        RunTarget::Thread(tid.clone()),
+        &config_headers(&headers),
+    )
+    .await?;
     let cl = format!("{prefix}/threads/{tid}/runs/{}", c.run.run_id);
     Ok(stream_created(&app, &c, &format!("{cl}/stream"), &cl))
 }
@@ -237,7 +252,13 @@ pub async fn create_wait(
     JsonBody(body): JsonBody<RunCreate>,
 ) -> ApiResult<Response> {
     let tid = uuid_param("thread", &tid)?;
-    let c = create_run(&app, body, RunTarget::Thread(tid.clone()), Some(&headers)).await?;
+    let c = create_run(
+        &app.rt,
+        body,
+        RunTarget::Thread(tid.clone()),
+        &config_headers(&headers),
+    )
+    .await?;
     let cl = format!("{prefix}/threads/{tid}/runs/{}", c.run.run_id);
     Ok(wait_created(&app, &c, &format!("{cl}/join"), &cl))
 }
@@ -250,7 +271,13 @@ pub async fn stateless_background(
     headers: HeaderMap,
     JsonBody(body): JsonBody<RunCreate>,
 ) -> ApiResult<Response> {
-    let c = create_run(&app, body, RunTarget::Stateless, Some(&headers)).await?;
+    let c = create_run(
+        &app.rt,
+        body,
+        RunTarget::Stateless,
+        &config_headers(&headers),
+    )
+    .await?;
     let cl = format!("{prefix}/runs/{}", c.run.run_id);
     Ok(with_locations(wire::run_response(&c.run), None, &cl))
 }
@@ -261,7 +288,13 @@ pub async fn stateless_stream(
     headers: HeaderMap,
     JsonBody(body): JsonBody<RunCreate>,
 ) -> ApiResult<Response> {
-    let c = create_run(&app, body, RunTarget::Stateless, Some(&headers)).await?;
+    let c = create_run(
+        &app.rt,
+        body,
+        RunTarget::Stateless,
+        &config_headers(&headers),
+    )
+    .await?;
     let cl = format!("{prefix}/runs/{}", c.run.run_id);
     Ok(stream_created(&app, &c, &format!("{cl}/stream"), &cl))
 }
@@ -272,7 +305,13 @@ pub async fn stateless_wait(
     headers: HeaderMap,
     JsonBody(body): JsonBody<RunCreate>,
 ) -> ApiResult<Response> {
-    let c = create_run(&app, body, RunTarget::Stateless, Some(&headers)).await?;
+    let c = create_run(
+        &app.rt,
+        body,
+        RunTarget::Stateless,
+        &config_headers(&headers),
+    )
+    .await?;
     let cl = format!("{prefix}/threads/{}/runs/{}", c.run.thread_id, c.run.run_id);
     Ok(wait_created(&app, &c, &format!("{cl}/join"), &cl))
 }
@@ -290,14 +329,22 @@ pub async fn batch(
     // Validate everything first: a bad item creates nothing.
     let mut prepared = Vec::with_capacity(items.len());
     for (i, body) in items.into_iter().enumerate() {
-        let p = prepare_run(&app, body, RunTarget::Stateless, Some(&headers))
-            .await
-            .map_err(|e| ApiError::new(e.status, format!("Run {i}: {}", e.detail)))?;
+        let p = prepare_run(
+            &app.rt,
+            body,
+            RunTarget::Stateless,
+            &config_headers(&headers),
+        )
+        .await
+        .map_err(|e| {
+            let e = ApiError::from(e);
+            ApiError::new(e.status, format!("Run {i}: {}", e.detail))
+        })?;
         prepared.push(p);
     }
     let mut out = Vec::with_capacity(prepared.len());
     for p in prepared {
-        let c = commit_run(&app, p).await?;
+        let c = commit_run(&app.rt, p).await?;
         out.push(wire::run(&c.run));
     }
     Ok(wire::ok(&out))
@@ -368,8 +415,8 @@ pub async fn delete(
     let rid = uuid_param("run", &rid)?;
     let r = load_run(&app, &tid, &rid).await?;
     if r.status.is_active() {
-        let _ = crate::runs::cancel(
-            &app,
+        let _ = fawn_runtime::runs::cancel(
+            &app.rt,
             CancelTarget::Runs {
                 thread_id: Some(tid.clone()),
                 run_ids: vec![rid.clone()],
@@ -377,7 +424,7 @@ pub async fn delete(
             CancelAction::Interrupt,
         )
         .await;
-        crate::runs::wait_terminal(&app, &rid, Duration::from_secs(5)).await;
+        fawn_runtime::runs::wait_terminal(&app.rt, &rid, Duration::from_secs(5)).await;
     }
     app.store
         .delete_run(&rid)
@@ -409,8 +456,8 @@ pub async fn cancel_one(
     let rid = uuid_param("run", &rid)?;
     let action = cancel_action(&q)?;
     let wait = q.bool("wait")?.unwrap_or(false);
-    let matched = crate::runs::cancel(
-        &app,
+    let matched = fawn_runtime::runs::cancel(
+        &app.rt,
         CancelTarget::Runs {
             thread_id: Some(tid.clone()),
             run_ids: vec![rid.clone()],
@@ -426,7 +473,7 @@ pub async fn cancel_one(
     if !wait {
         return Ok(StatusCode::ACCEPTED.into_response());
     }
-    crate::runs::wait_terminal(&app, &rid, Duration::from_secs(60)).await;
+    fawn_runtime::runs::wait_terminal(&app.rt, &rid, Duration::from_secs(60)).await;
     let body = final_body(&app, &rid, &tid).await;
     let cl = format!("{prefix}/threads/{tid}/runs/{rid}");
     let mut r = (StatusCode::OK, body).into_response();
@@ -493,7 +540,7 @@ pub async fn cancel_many(
             ));
         }
     };
-    let matched = crate::runs::cancel(&app, target, action).await?;
+    let matched = fawn_runtime::runs::cancel(&app.rt, target, action).await?;
     if matched.is_empty() {
         return Err(ApiError::not_found("No matching runs to cancel"));
     }
@@ -561,11 +608,8 @@ fn join_stream_response(
     let log = match app.broker.get(&run.run_id) {
         Some(l) => l,
         None if run.status.is_active() => {
-            let resumable = run
-                .kwargs
-                .get("resumable")
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
+            let resumable =
+                fawn_runtime::RunKwargs::from_map(&run.kwargs).is_ok_and(|k| k.resumable);
             app.broker.open(&run.run_id, &run.thread_id, resumable)
         }
         None => return Ok(sse_response(Body::empty(), None, None)),

@@ -4,22 +4,16 @@ use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{JsonBody, OptionalJsonBody, Query, header_str, uuid_param};
 use crate::routes::assistants::{paginated, sort_order};
-use crate::stream::ThreadItem;
 use crate::wire;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
 use fawn_checkpoint::{
-    CancelAction, CancelTarget, Checkpoint, HistoryQuery, IfExists, JsonMap, NewCheckpoint,
-    NewThread, PruneStrategy, RunQuery, TaskRecord, Thread, ThreadFilter, ThreadPatch, ThreadQuery,
-    ThreadSort, ThreadStatus, ThreadSummary, ThreadTtl,
+    Checkpoint, HistoryQuery, IfExists, JsonMap, NewThread, PruneStrategy, Thread, ThreadFilter,
+    ThreadPatch, ThreadQuery, ThreadSort, ThreadStatus, ThreadTtl,
 };
-use fawn_state::{StateUpdate, ThreadState};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use std::sync::Arc;
-use std::time::Duration;
 
 pub fn thread_not_found(id: &str) -> ApiError {
     ApiError::not_found(format!("Thread with ID {id} not found"))
@@ -31,64 +25,6 @@ pub async fn load_thread(app: &AppState, id: &str) -> ApiResult<Thread> {
         Ok(None) => Err(thread_not_found(id)),
         Err(e) => Err(ApiError::store("loading the thread", e)),
     }
-}
-
-/// Deletes a thread's files (`{home}/users/{user}/threads/{id}`).
-pub async fn delete_thread_files(app: &AppState, thread_id: &str) {
-    if !fawn_sandbox::valid_thread_id(thread_id) {
-        return;
-    }
-    let paths = fawn_sandbox::ThreadPaths::new(&app.settings.home, &app.user_id, thread_id);
-    match tokio::fs::remove_dir_all(&paths.thread_dir).await {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => tracing::warn!(%thread_id, error = %e, "deleting thread files failed"),
-    }
-}
-
-/// Cancels a thread's active runs, then deletes it with its runs, checkpoints and files.
-/// Returns false when it did not exist.
-pub async fn delete_thread_fully(app: &AppState, thread_id: &str) -> ApiResult<bool> {
-    let runs = app
-        .store
-        .list_runs(
-            thread_id,
-            &RunQuery {
-                limit: 1000,
-                offset: 0,
-                status: None,
-            },
-        )
-        .await
-        .unwrap_or_default();
-    let active: Vec<String> = runs
-        .iter()
-        .filter(|r| r.status.is_active())
-        .map(|r| r.run_id.clone())
-        .collect();
-    if !active.is_empty() {
-        let _ = crate::runs::cancel(
-            app,
-            CancelTarget::Runs {
-                thread_id: Some(thread_id.to_string()),
-                run_ids: active.clone(),
-            },
-            CancelAction::Interrupt,
-        )
-        .await;
-        for id in &active {
-            if app.queue.is_local(id) {
-                crate::runs::wait_terminal(app, id, Duration::from_secs(5)).await;
-            }
-        }
-    }
-    let existed = app
-        .store
-        .delete_thread(thread_id)
-        .await
-        .map_err(|e| ApiError::store("deleting the thread", e))?;
-    delete_thread_files(app, thread_id).await;
-    Ok(existed)
 }
 
 fn parse_ttl(v: &Option<Value>) -> ApiResult<Option<ThreadTtl>> {
@@ -196,10 +132,15 @@ pub async fn create(
         for step in steps {
             for u in step.updates {
                 let thread = load_thread(&app, &t.thread_id).await?;
-                if let Err(e) = apply_state_update(&app, &thread, u.values, u.as_node, None).await {
-                    return Ok(
-                        (StatusCode::CREATED, Json(json!({"detail": e.detail}))).into_response()
-                    );
+                if let Err(e) =
+                    fawn_runtime::threads::update_state(&app, &thread, u.values, u.as_node, None)
+                        .await
+                {
+                    return Ok((
+                        StatusCode::CREATED,
+                        Json(json!({"detail": ApiError::from(e).detail})),
+                    )
+                        .into_response());
                 }
             }
         }
@@ -263,7 +204,7 @@ pub async fn patch(
 
 pub async fn delete(State(app): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
     let id = uuid_param("thread", &id)?;
-    if !delete_thread_fully(&app, &id).await? {
+    if !fawn_runtime::threads::delete_thread(&app.rt, &id).await? {
         return Err(thread_not_found(&id));
     }
     Ok(StatusCode::NO_CONTENT.into_response())
@@ -455,12 +396,7 @@ pub async fn count(
 pub async fn copy(State(app): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
     let id = uuid_param("thread", &id)?;
     load_thread(&app, &id).await?;
-    let new_id = uuid::Uuid::now_v7().to_string();
-    let t = app
-        .store
-        .copy_thread(&id, &new_id)
-        .await
-        .map_err(|e| ApiError::store("copying the thread", e))?;
+    let t = fawn_runtime::threads::copy_thread(&app, &id).await?;
     Ok(wire::ok(&wire::thread(&t)))
 }
 
@@ -489,16 +425,7 @@ pub async fn prune(
         .iter()
         .map(|i| uuid_param("thread", i))
         .collect::<ApiResult<Vec<_>>>()?;
-    let n = app
-        .store
-        .prune_threads(&ids, strategy)
-        .await
-        .map_err(|e| ApiError::store("pruning threads", e))?;
-    if strategy == PruneStrategy::Delete {
-        for id in &ids {
-            delete_thread_files(&app, id).await;
-        }
-    }
+    let n = fawn_runtime::threads::prune_threads(&app, &ids, strategy).await?;
     Ok(wire::ok(&json!({"pruned_count": n})))
 }
 
@@ -610,145 +537,6 @@ pub struct UpdateStateBody {
     checkpoint_id: Option<String>,
 }
 
-/// The graph a thread belongs to (`metadata.graph_id`; the lead agent when unset).
-fn thread_graph(app: &AppState, thread: &Thread) -> ApiResult<Arc<dyn fawn_agent::GraphRunner>> {
-    let graph_id = thread
-        .metadata
-        .get("graph_id")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .or_else(|| {
-            app.graphs
-                .contains(crate::graphs::LEAD_AGENT)
-                .then(|| crate::graphs::LEAD_AGENT.to_string())
-        });
-    let Some(graph_id) = graph_id else {
-        return Err(ApiError::bad_request(format!(
-            "Thread '{}' has no assigned graph ID. This usually happens when no runs have been made on this thread. Please create a run first or set metadata.graph_id.",
-            thread.thread_id
-        )));
-    };
-    app.graphs
-        .get(&graph_id)
-        .cloned()
-        .ok_or_else(|| ApiError::bad_request(format!("Graph '{graph_id}' not found")))
-}
-
-/// Writes a checkpoint with source `update` applying `values` as node `as_node` would;
-/// returns its id.
-pub async fn apply_state_update(
-    app: &AppState,
-    thread: &Thread,
-    values: Value,
-    as_node: Option<String>,
-    base: Option<(String, String)>,
-) -> ApiResult<String> {
-    let graph = thread_graph(app, thread)?;
-    let (ns, base_id) = match &base {
-        Some((ns, id)) => (ns.clone(), Some(id.clone())),
-        None => (String::new(), None),
-    };
-    let base_cp = app
-        .store
-        .get_checkpoint(&thread.thread_id, &ns, base_id.as_deref())
-        .await
-        .map_err(|e| ApiError::store("loading the state", e))?;
-    if base_id.is_some() && base_cp.is_none() {
-        return Err(ApiError::not_found(format!(
-            "Checkpoint {} not found",
-            base_id.unwrap_or_default()
-        )));
-    }
-    let mut writes: Vec<StateUpdate> = match values {
-        Value::Null => Vec::new(),
-        Value::Array(items) => items
-            .into_iter()
-            .map(StateUpdate::from_value)
-            .collect::<Result<_, _>>()
-            .map_err(|e| {
-                ApiError::unprocessable(format!("Invalid request body at `values`: {e}"))
-            })?,
-        v => vec![StateUpdate::from_value(v).map_err(|e| {
-            ApiError::unprocessable(format!("Invalid request body at `values`: {e}"))
-        })?],
-    };
-    for w in &writes {
-        crate::runs::create::check_message_types(w).map_err(|e| {
-            ApiError::unprocessable(format!("Invalid request body at `values`: {e}"))
-        })?;
-    }
-    let mut state: ThreadState = base_cp
-        .as_ref()
-        .map(|c| (*c.state).clone())
-        .unwrap_or_default();
-    state
-        .apply_writes(&mut writes)
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let next = graph
-        .next_after_update(as_node.as_deref(), &state)
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let step = base_cp
-        .as_ref()
-        .and_then(|c| c.metadata.get("step").and_then(Value::as_i64))
-        .map(|s| s + 1)
-        .unwrap_or(-1);
-    let node = as_node.clone().unwrap_or_else(|| "__input__".to_string());
-    let mut metadata = Map::new();
-    metadata.insert("source".into(), json!("update"));
-    metadata.insert("step".into(), json!(step));
-    metadata.insert("parents".into(), json!({}));
-    for k in ["graph_id", "assistant_id"] {
-        if let Some(v) = thread.metadata.get(k) {
-            metadata.insert(k.into(), v.clone());
-        }
-    }
-    let tasks: Vec<TaskRecord> = next
-        .iter()
-        .map(|n| TaskRecord {
-            id: uuid::Uuid::new_v4().to_string(),
-            name: n.clone(),
-            interrupts: Vec::new(),
-            error: None,
-        })
-        .collect();
-    let state = Arc::new(state);
-    let id = app
-        .store
-        .put_checkpoint(NewCheckpoint {
-            thread_id: thread.thread_id.clone(),
-            checkpoint_ns: ns.clone(),
-            parent_id: base_cp.as_ref().map(|c| c.checkpoint_id.clone()),
-            run_id: None,
-            metadata,
-            writes: writes.into_iter().map(|w| (node.clone(), w)).collect(),
-            state: state.clone(),
-            next: next.clone(),
-            tasks,
-        })
-        .await
-        .map_err(|e| ApiError::store("writing the state", e))?;
-    let values = serde_json::to_value(&*state).unwrap_or(Value::Null);
-    app.store
-        .set_thread_summary(
-            &thread.thread_id,
-            ThreadSummary {
-                values: Some(values.clone()),
-                interrupts: Map::new(),
-                has_next: !next.is_empty(),
-                error: None,
-                metadata: Map::new(),
-                config: None,
-            },
-        )
-        .await
-        .map_err(|e| ApiError::store("updating the thread", e))?;
-    app.broker.hub.publish(
-        &thread.thread_id,
-        ThreadItem::StateUpdate(Bytes::from(values.to_string())),
-    );
-    Ok(id)
-}
-
 pub async fn update_state(
     State(app): State<AppState>,
     Path(id): Path<String>,
@@ -766,7 +554,8 @@ pub async fn update_state(
         (None, None) => (String::new(), None),
     };
     let base = cid.map(|c| (ns.clone(), c));
-    let new_id = apply_state_update(&app, &thread, b.values, b.as_node, base).await?;
+    let new_id =
+        fawn_runtime::threads::update_state(&app, &thread, b.values, b.as_node, base).await?;
     let r = wire::checkpoint_ref(&id, &ns, &new_id);
     Ok(wire::ok(&json!({
         "checkpoint": r,

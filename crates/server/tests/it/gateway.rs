@@ -4,7 +4,7 @@
 use crate::helpers::*;
 use fawn_config::Settings;
 use fawn_llm::ModelRegistry;
-use fawn_server::testing::MiniAgent;
+use fawn_runtime::testing::MiniAgent;
 use fawn_server::{AppOptions, Application, Graphs};
 use fawn_testkit::{Behavior, MockConfig, MockLlm, Rules, Turn};
 use serde_json::{Value, json};
@@ -718,7 +718,7 @@ async fn skills_toggle_persists_and_the_cache_follows_the_directory() {
     assert_eq!(app.get_json("/api/skills/alpha").await.1["enabled"], false);
     let sandbox = {
         use fawn_sandbox::SandboxProvider;
-        let p = &app.handle.state.gateway.sandbox;
+        let p = &app.handle.state.services.sandbox;
         let id = p.acquire("skills-probe").await.unwrap();
         p.get(&id).unwrap()
     };

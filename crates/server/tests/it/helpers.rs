@@ -7,7 +7,7 @@
 use fawn_checkpoint::BackendConfig;
 use fawn_config::{ModelConfig, Settings};
 use fawn_llm::ModelRegistry;
-use fawn_server::testing::MiniAgent;
+use fawn_runtime::testing::MiniAgent;
 use fawn_server::{AppHandle, AppOptions, Application, Graphs};
 use fawn_testkit::{MockConfig, MockLlm};
 use serde_json::{Value, json};

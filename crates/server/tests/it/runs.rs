@@ -564,7 +564,6 @@ async fn cancel_interrupt_and_rollback(db: Db) {
     app.mock
         .wait_until(T, |m| m.chat_requests().len() == 1)
         .await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(app.mock.streams_aborted(), 0);
     let started = Instant::now();
     let r = app
@@ -583,8 +582,12 @@ async fn cancel_interrupt_and_rollback(db: Db) {
     let latency = started.elapsed();
     let ra = app.wait_run(&tid, &a).await;
     assert_eq!(ra["status"], "interrupted", "{ra}");
+    // The thread follows its latest checkpoint (the input's, with `agent` still to run), as
+    // langgraph-api does: `interrupted`, not `idle`.
     let (_, thread) = app.get_json(&format!("/threads/{tid}")).await;
-    assert_eq!(thread["status"], "idle");
+    assert_eq!(thread["status"], "interrupted", "{thread}");
+    let (_, state) = app.get_json(&format!("/threads/{tid}/state")).await;
+    assert_eq!(state["next"], json!(["agent"]), "{state}");
     eprintln!("cancel → model stream dropped in {latency:?}");
     // Cancelling it again: nothing to cancel.
     let (s, v) = app

@@ -7,21 +7,21 @@
 //!
 //! [`GraphRunner`]: fawn_agent::GraphRunner
 
-pub mod create;
-pub mod observer;
-pub mod webhook;
-
-use crate::app::AppState;
-use crate::error::{ApiError, ApiResult};
-use crate::stream::RunLog;
+use crate::broker::RunLog;
+use crate::checkpoints::run_base_metadata;
+use crate::error::{Result, RuntimeError};
+use crate::hooks::Point;
+use crate::kwargs::RunKwargs;
+use crate::observer::{Modes, Observer, interrupts_wire};
+use crate::runtime::Rt;
+use crate::webhook;
 use bytes::Bytes;
-use fawn_agent::{Breakpoints, PendingTask, RunObserver, RunOutcome, RunSpec, StartPoint};
+use fawn_agent::{PendingTask, RunObserver, RunOutcome, RunSpec, StartPoint};
 use fawn_checkpoint::{
     CancelAction, CancelTarget, Checkpoint, JsonMap, Run, RunFinish, RunStatus, StoreError,
     ThreadSummary,
 };
 use futures::FutureExt;
-use observer::{Durability, Modes, Observer, interrupts_wire};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -190,17 +190,17 @@ pub fn publish_metadata(log: &RunLog, run_id: &str, thread_id: &str, attempt: u3
 
 /// Hands a freshly created run to the queue: claimed and executed here at once when it is
 /// due and its thread is free, otherwise left for the dispatcher.
-pub fn submit(app: &AppState, run: &Run, after_seconds: f64) {
-    let q = &app.queue;
+pub fn submit(rt: &Rt, run: &Run, after_seconds: f64) {
+    let q = &rt.queue;
     if q.stopping.is_cancelled() {
         return;
     }
     if after_seconds > 0.0 {
-        let app2 = app.clone();
+        let rt2 = rt.clone();
         let delay = Duration::from_secs_f64(after_seconds);
         q.spawn(async move {
             tokio::time::sleep(delay).await;
-            app2.queue.note_pending();
+            rt2.queue.note_pending();
         });
         return;
     }
@@ -208,32 +208,32 @@ pub fn submit(app: &AppState, run: &Run, after_seconds: f64) {
         q.note_pending();
         return;
     };
-    let app2 = app.clone();
+    let rt2 = rt.clone();
     let run_id = run.run_id.clone();
     q.spawn(async move {
-        let lease = app2.queue.cfg.lease;
-        match app2
+        let lease = rt2.queue.cfg.lease;
+        match rt2
             .store
-            .claim_run(&run_id, &app2.queue.worker_id, lease)
+            .claim_run(&run_id, &rt2.queue.worker_id, lease)
             .await
         {
-            Ok(Some(run)) => execute(app2, run, permit).await,
+            Ok(Some(run)) => execute(rt2, run, permit).await,
             Ok(None) => {
                 drop(permit);
-                app2.queue.note_pending();
+                rt2.queue.note_pending();
             }
             Err(e) => {
                 drop(permit);
                 tracing::warn!(%run_id, error = %e, "claiming a new run failed");
-                app2.queue.note_pending();
+                rt2.queue.note_pending();
             }
         }
     });
 }
 
 /// Claims due runs while there is capacity. Runs until the queue stops.
-pub async fn dispatcher(app: AppState) {
-    let q = &app.queue;
+pub async fn dispatcher(rt: Rt) {
+    let q = &rt.queue;
     loop {
         let jitter = q.cfg.poll_interval.mul_f64(0.5 + (rand_unit() * 0.5));
         tokio::select! {
@@ -248,15 +248,15 @@ pub async fn dispatcher(app: AppState) {
             let Ok(permit) = q.permits.clone().try_acquire_owned() else {
                 break;
             };
-            match app.store.claim_next_run(&q.worker_id, q.cfg.lease).await {
+            match rt.store.claim_next_run(&q.worker_id, q.cfg.lease).await {
                 Ok(Some(run)) => {
                     let _ = q.maybe_pending.fetch_update(
                         std::sync::atomic::Ordering::Relaxed,
                         std::sync::atomic::Ordering::Relaxed,
                         |n| Some(n.saturating_sub(1)),
                     );
-                    let app2 = app.clone();
-                    q.spawn(async move { execute(app2, run, permit).await });
+                    let rt2 = rt.clone();
+                    q.spawn(async move { execute(rt2, run, permit).await });
                 }
                 Ok(None) => break,
                 Err(e) => {
@@ -274,24 +274,24 @@ fn rand_unit() -> f64 {
 }
 
 /// Returns runs whose worker died to the queue. Runs until the queue stops.
-pub async fn reaper(app: AppState) {
-    let q = &app.queue;
+pub async fn reaper(rt: Rt) {
+    let q = &rt.queue;
     let period = (q.cfg.lease / 2).max(Duration::from_millis(200));
     loop {
         tokio::select! {
             _ = tokio::time::sleep(period) => {}
             _ = q.stopping.cancelled() => return,
         }
-        reap(&app, chrono::Utc::now()).await;
+        reap(&rt, chrono::Utc::now()).await;
         q.forget_old_cancels();
     }
 }
 
 /// Reaps runs whose lease expired before `now`; returns how many were touched.
-pub async fn reap(app: &AppState, now: chrono::DateTime<chrono::Utc>) -> usize {
-    match app
+pub async fn reap(rt: &Rt, now: chrono::DateTime<chrono::Utc>) -> usize {
+    match rt
         .store
-        .reap_expired_runs(now, app.queue.cfg.max_attempts)
+        .reap_expired_runs(now, rt.queue.cfg.max_attempts)
         .await
     {
         Ok(runs) => {
@@ -299,11 +299,11 @@ pub async fn reap(app: &AppState, now: chrono::DateTime<chrono::Utc>) -> usize {
                 tracing::warn!(run_id = %r.run_id, thread_id = %r.thread_id, attempt = r.attempt,
                     status = r.status.as_str(), "recovered a run whose worker stopped");
                 if !r.status.is_active() {
-                    app.broker.finish(&r.run_id, None);
+                    rt.broker.finish(&r.run_id, None);
                 }
             }
             if !runs.is_empty() {
-                app.queue.notify.notify_one();
+                rt.queue.notify.notify_one();
             }
             runs.len()
         }
@@ -314,14 +314,14 @@ pub async fn reap(app: &AppState, now: chrono::DateTime<chrono::Utc>) -> usize {
     }
 }
 
-async fn heartbeat_loop(app: AppState, run_id: String, active: Arc<ActiveRun>) {
-    let lease = app.queue.cfg.lease;
+async fn heartbeat_loop(rt: Rt, run_id: String, active: Arc<ActiveRun>) {
+    let lease = rt.queue.cfg.lease;
     let period = (lease / 3).max(Duration::from_millis(50));
     loop {
         tokio::time::sleep(period).await;
-        match app
+        match rt
             .store
-            .heartbeat(&run_id, &app.queue.worker_id, lease)
+            .heartbeat(&run_id, &rt.queue.worker_id, lease)
             .await
         {
             Ok(Some(action)) => active.stop(StopReason::Cancel(action)),
@@ -336,11 +336,11 @@ async fn heartbeat_loop(app: AppState, run_id: String, active: Arc<ActiveRun>) {
 }
 
 /// Executes a claimed run to its end.
-pub async fn execute(app: AppState, run: Run, permit: OwnedSemaphorePermit) {
+pub async fn execute(rt: Rt, run: Run, permit: OwnedSemaphorePermit) {
     let run_id = run.run_id.clone();
     let active = Arc::new(ActiveRun::new());
-    lock(&app.queue.active).insert(run_id.clone(), active.clone());
-    if let Some((action, _)) = lock(&app.queue.early_cancels).remove(&run_id) {
+    lock(&rt.queue.active).insert(run_id.clone(), active.clone());
+    if let Some((action, _)) = lock(&rt.queue.early_cancels).remove(&run_id) {
         active.stop(StopReason::Cancel(action));
     }
     if let Some(action) = run.cancel_requested {
@@ -348,8 +348,12 @@ pub async fn execute(app: AppState, run: Run, permit: OwnedSemaphorePermit) {
     }
     let span = tracing::info_span!("run", run_id = %run_id, thread_id = %run.thread_id, attempt = run.attempt);
     // The heartbeat runs in this task, so aborting the task (a crash) stops both.
-    let heartbeat = heartbeat_loop(app.clone(), run_id.clone(), active.clone());
-    let work = run_attempt(&app, &run, &active).instrument(span);
+    let heartbeat = heartbeat_loop(rt.clone(), run_id.clone(), active.clone());
+    let work = async {
+        let _ = rt.hooks.reach(Point::Claimed, &run_id, &active.token).await;
+        run_attempt(&rt, &run, &active).await
+    }
+    .instrument(span);
     tokio::pin!(heartbeat);
     tokio::pin!(work);
     let mut heartbeat_done = false;
@@ -359,44 +363,16 @@ pub async fn execute(app: AppState, run: Run, permit: OwnedSemaphorePermit) {
             _ = &mut heartbeat, if !heartbeat_done => heartbeat_done = true,
         }
     }
-    lock(&app.queue.active).remove(&run_id);
+    lock(&rt.queue.active).remove(&run_id);
     drop(permit);
     // Only look for more work when some is known to wait (polling finds the rest).
-    if app
+    if rt
         .queue
         .maybe_pending
         .load(std::sync::atomic::Ordering::Relaxed)
         > 0
     {
-        app.queue.notify.notify_one();
-    }
-}
-
-fn kw_str<'a>(kw: &'a JsonMap, key: &str) -> Option<&'a str> {
-    kw.get(key).and_then(Value::as_str)
-}
-
-fn kw_bool(kw: &JsonMap, key: &str) -> bool {
-    kw.get(key).and_then(Value::as_bool).unwrap_or(false)
-}
-
-fn kw_config(kw: &JsonMap) -> JsonMap {
-    match kw.get("config") {
-        Some(Value::Object(m)) => m.clone(),
-        _ => Map::new(),
-    }
-}
-
-fn breakpoints(v: Option<&Value>) -> Breakpoints {
-    match v {
-        Some(Value::String(s)) if s == "*" => Breakpoints::All,
-        Some(Value::Array(a)) => Breakpoints::Nodes(
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect(),
-        ),
-        _ => Breakpoints::None,
+        rt.queue.notify.notify_one();
     }
 }
 
@@ -431,26 +407,13 @@ fn start_point(cp: Option<&Checkpoint>, is_fork: bool) -> StartPoint {
 }
 
 /// Builds the `RunSpec` of a claimed run from its stored kwargs.
-async fn build_spec(app: &AppState, run: &Run, graph_id: &str) -> Result<RunSpec, String> {
-    let kw = &run.kwargs;
-    let config = kw_config(kw);
-    let configurable = match config.get("configurable") {
-        Some(Value::Object(m)) => m.clone(),
-        _ => Map::new(),
-    };
-    let context = match kw.get("context") {
-        Some(Value::Object(m)) => m.clone(),
-        _ => Map::new(),
-    };
-    let tags = match config.get("tags") {
-        Some(Value::Array(a)) => a
-            .iter()
-            .filter_map(Value::as_str)
-            .map(str::to_string)
-            .collect(),
-        _ => Vec::new(),
-    };
-    let latest = app
+async fn build_spec(
+    rt: &Rt,
+    run: &Run,
+    kw: &RunKwargs,
+    graph_id: &str,
+) -> std::result::Result<RunSpec, String> {
+    let latest = rt
         .store
         .get_checkpoint(&run.thread_id, "", None)
         .await
@@ -460,21 +423,13 @@ async fn build_spec(app: &AppState, run: &Run, graph_id: &str) -> Result<RunSpec
     let resumed = latest
         .as_ref()
         .is_some_and(|c| c.run_id.as_deref() == Some(run.run_id.as_str()));
-    let fork_id = kw
-        .get("checkpoint")
-        .and_then(|c| c.get("checkpoint_id"))
-        .and_then(Value::as_str);
     let start = if resumed {
         start_point(latest.as_ref(), false)
-    } else if let Some(cid) = fork_id {
-        let ns = kw
-            .get("checkpoint")
-            .and_then(|c| c.get("checkpoint_ns"))
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let cp = app
+    } else if let Some(target) = &kw.checkpoint {
+        let cid = target.checkpoint_id.as_str();
+        let cp = rt
             .store
-            .get_checkpoint(&run.thread_id, ns, Some(cid))
+            .get_checkpoint(&run.thread_id, target.ns(), Some(cid))
             .await
             .map_err(|e| format!("loading checkpoint {cid} failed: {e}"))?
             .ok_or_else(|| format!("Checkpoint {cid} not found"))?;
@@ -485,14 +440,14 @@ async fn build_spec(app: &AppState, run: &Run, graph_id: &str) -> Result<RunSpec
     let (input, command) = if resumed {
         (None, None)
     } else {
-        let input = match kw.get("input") {
+        let input = match &kw.input {
             None | Some(Value::Null) => None,
             Some(v) => Some(
                 fawn_state::StateUpdate::from_value(v.clone())
                     .map_err(|e| format!("invalid input: {e}"))?,
             ),
         };
-        let command = match kw.get("command") {
+        let command = match &kw.command {
             None | Some(Value::Null) => None,
             Some(v) => Some(
                 serde_json::from_value::<fawn_state::Command>(v.clone())
@@ -509,101 +464,103 @@ async fn build_spec(app: &AppState, run: &Run, graph_id: &str) -> Result<RunSpec
         assistant_id: run.assistant_id.clone(),
         graph_id: graph_id.to_string(),
         attempt: run.attempt.max(1),
-        configurable,
-        context,
-        recursion_limit: config.get("recursion_limit").cloned(),
-        tags,
+        configurable: kw.config.configurable.clone(),
+        context: kw.context.clone(),
+        recursion_limit: kw.config.recursion_limit.clone(),
+        tags: kw.config.tags.clone(),
         metadata,
         input,
         command,
-        interrupt_before: breakpoints(kw.get("interrupt_before")),
-        interrupt_after: breakpoints(kw.get("interrupt_after")),
+        interrupt_before: kw.interrupt_before.clone(),
+        interrupt_after: kw.interrupt_after.clone(),
         start,
     })
 }
 
-fn checkpoint_meta(run: &Run, graph_id: &str) -> JsonMap {
-    let mut m = run.metadata.clone();
-    m.insert("graph_id".into(), json!(graph_id));
-    m.insert("assistant_id".into(), json!(run.assistant_id));
-    m.insert("run_id".into(), json!(run.run_id));
-    m.insert("thread_id".into(), json!(run.thread_id));
-    m.insert("user_id".into(), json!(""));
-    m.insert("run_attempt".into(), json!(run.attempt.max(1)));
-    m.insert("langgraph_api_version".into(), json!(crate::VERSION));
-    m
-}
-
-async fn run_attempt(app: &AppState, run: &Run, active: &Arc<ActiveRun>) {
-    let kw = &run.kwargs;
+async fn run_attempt(rt: &Rt, run: &Run, active: &Arc<ActiveRun>) {
     let attempt = run.attempt.max(1);
-    let log = app
-        .broker
-        .open(&run.run_id, &run.thread_id, kw_bool(kw, "resumable"));
+    let started_at = chrono::Utc::now();
+    // Unreadable options (a corrupt row) end the run with an error, never a panic.
+    let (kw, unreadable) = match RunKwargs::from_map(&run.kwargs) {
+        Ok(k) => (k, None),
+        Err(e) => (RunKwargs::default(), Some(e)),
+    };
+    let log = rt.broker.open(&run.run_id, &run.thread_id, kw.resumable);
     if log.begin_attempt(attempt) {
         publish_metadata(&log, &run.run_id, &run.thread_id, attempt);
     }
-    let started_at = chrono::Utc::now();
-    let graph_id = match kw_str(kw, "graph_id") {
-        Some(g) => g.to_string(),
-        None => match app.store.get_assistant(&run.assistant_id).await {
+    let graph_id = match &kw.graph_id {
+        Some(g) => g.clone(),
+        None => match rt.store.get_assistant(&run.assistant_id).await {
             Ok(Some(a)) => a.graph_id,
             _ => String::new(),
         },
     };
-    let Some(graph) = app.graphs.get(&graph_id).cloned() else {
-        let outcome = RunOutcome::Error {
-            error: "ValueError".into(),
-            message: format!("Graph '{graph_id}' not found"),
-        };
-        let obs = Observer::new(
-            app.clone(),
+    let modes = Modes::from_list(&kw.stream_mode);
+    let observer_for = |base_meta: JsonMap, parent: Option<String>| {
+        Observer::new(
+            rt.clone(),
             log.clone(),
             run.thread_id.clone(),
             run.run_id.clone(),
-            Modes::from_kwargs(kw),
-            JsonMap::new(),
-            None,
-        );
-        complete(app, run, &log, &obs, outcome, active, started_at).await;
+            modes,
+            base_meta,
+            parent,
+            kw.durability,
+            active.token.clone(),
+        )
+    };
+    let failed = |message: String| RunOutcome::Error {
+        error: "ValueError".into(),
+        message,
+    };
+    if let Some(message) = unreadable {
+        let obs = observer_for(JsonMap::new(), None);
+        complete(
+            rt,
+            run,
+            &kw,
+            &log,
+            &obs,
+            failed(message),
+            active,
+            started_at,
+        )
+        .await;
+        return;
+    }
+    let Some(graph) = rt.graphs.get(&graph_id).cloned() else {
+        let obs = observer_for(JsonMap::new(), None);
+        let outcome = failed(format!("Graph '{graph_id}' not found"));
+        complete(rt, run, &kw, &log, &obs, outcome, active, started_at).await;
         return;
     };
-    let spec = match build_spec(app, run, &graph_id).await {
+    let spec = match build_spec(rt, run, &kw, &graph_id).await {
         Ok(s) => s,
         Err(message) => {
-            let obs = Observer::new(
-                app.clone(),
-                log.clone(),
-                run.thread_id.clone(),
-                run.run_id.clone(),
-                Modes::from_kwargs(kw),
-                JsonMap::new(),
-                None,
-            );
-            let outcome = RunOutcome::Error {
-                error: "ValueError".into(),
-                message,
-            };
-            complete(app, run, &log, &obs, outcome, active, started_at).await;
+            let obs = observer_for(JsonMap::new(), None);
+            complete(
+                rt,
+                run,
+                &kw,
+                &log,
+                &obs,
+                failed(message),
+                active,
+                started_at,
+            )
+            .await;
             return;
         }
     };
-    let observer = Arc::new(
-        Observer::new(
-            app.clone(),
-            log.clone(),
-            run.thread_id.clone(),
-            run.run_id.clone(),
-            Modes::from_kwargs(kw),
-            checkpoint_meta(run, &graph_id),
-            spec.start.checkpoint_id.clone(),
-        )
-        .durability(Durability::from_kwarg(kw_str(kw, "durability"))),
-    );
+    let observer = Arc::new(observer_for(
+        run_base_metadata(run, &graph_id),
+        spec.start.checkpoint_id.clone(),
+    ));
     if spec.input.is_none() && spec.start.checkpoint_id.is_some() {
         observer.resuming_from(&spec.start.state);
     }
-    observer.graph_start(kw.get("input"));
+    observer.graph_start(kw.input.as_ref());
     let dyn_obs: Arc<dyn RunObserver> = observer.clone();
     let outcome = match std::panic::AssertUnwindSafe(graph.run(spec, dyn_obs, active.token.clone()))
         .catch_unwind()
@@ -618,7 +575,7 @@ async fn run_attempt(app: &AppState, run: &Run, active: &Arc<ActiveRun>) {
             }
         }
     };
-    complete(app, run, &log, &observer, outcome, active, started_at).await;
+    complete(rt, run, &kw, &log, &observer, outcome, active, started_at).await;
 }
 
 fn state_value(state: &fawn_state::ThreadState) -> Value {
@@ -626,8 +583,8 @@ fn state_value(state: &fawn_state::ThreadState) -> Value {
 }
 
 /// The thread's latest checkpoint (for summaries when the run wrote none).
-async fn latest_checkpoint(app: &AppState, thread_id: &str) -> Option<Checkpoint> {
-    app.store
+async fn latest_checkpoint(rt: &Rt, thread_id: &str) -> Option<Checkpoint> {
+    rt.store
         .get_checkpoint(thread_id, "", None)
         .await
         .ok()
@@ -646,16 +603,39 @@ fn summary_from_checkpoint(cp: Option<&Checkpoint>) -> (Option<Value>, JsonMap, 
 }
 
 /// Records the outcome, publishes the final events and closes the stream.
+#[allow(clippy::too_many_arguments)]
 async fn complete(
-    app: &AppState,
+    rt: &Rt,
     run: &Run,
+    kw: &RunKwargs,
     log: &Arc<RunLog>,
     observer: &Observer,
     outcome: RunOutcome,
     active: &Arc<ActiveRun>,
     started_at: chrono::DateTime<chrono::Utc>,
 ) {
-    let kw = &run.kwargs;
+    let _ = rt
+        .hooks
+        .reach(Point::BeforeFinish, &run.run_id, &active.token)
+        .await;
+    finish(rt, run, kw, log, observer, outcome, active, started_at).await;
+    let _ = rt
+        .hooks
+        .reach(Point::Finished, &run.run_id, &CancellationToken::new())
+        .await;
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn finish(
+    rt: &Rt,
+    run: &Run,
+    kw: &RunKwargs,
+    log: &Arc<RunLog>,
+    observer: &Observer,
+    outcome: RunOutcome,
+    active: &Arc<ActiveRun>,
+    started_at: chrono::DateTime<chrono::Utc>,
+) {
     let modes = observer.modes();
     let reason = active.reason();
     // Checkpoints still being written belong to this run: they land before anything reads
@@ -672,16 +652,15 @@ async fn complete(
         (Ok(()), outcome) => outcome,
     };
     let last = observer.last();
-    let graph_id = kw_str(kw, "graph_id").unwrap_or_default().to_string();
+    let graph_id = kw.graph_id.clone().unwrap_or_default();
     let mut thread_meta = Map::new();
     thread_meta.insert("graph_id".into(), json!(graph_id));
     thread_meta.insert("assistant_id".into(), json!(run.assistant_id));
-    let config = kw_config(kw);
     let thread_config = {
         let mut m = Map::new();
         m.insert(
             "configurable".into(),
-            config.get("configurable").cloned().unwrap_or(json!({})),
+            Value::Object(kw.config.configurable.clone()),
         );
         Some(m)
     };
@@ -693,7 +672,7 @@ async fn complete(
             pending_interrupts(&l.tasks),
             !l.next.is_empty(),
         ),
-        None => summary_from_checkpoint(latest_checkpoint(app, &run.thread_id).await.as_ref()),
+        None => summary_from_checkpoint(latest_checkpoint(rt, &run.thread_id).await.as_ref()),
     };
 
     if matches!(
@@ -702,27 +681,24 @@ async fn complete(
     ) && matches!(outcome, RunOutcome::Cancelled)
     {
         if reason == Some(StopReason::Shutdown)
-            && let Err(e) = app
-                .store
-                .release_run(&run.run_id, &app.queue.worker_id)
-                .await
+            && let Err(e) = rt.store.release_run(&run.run_id, &rt.queue.worker_id).await
         {
             tracing::warn!(run_id = %run.run_id, error = %e, "releasing the run failed");
         }
         log.close(None);
-        app.broker.remove(&run.run_id);
+        rt.broker.remove(&run.run_id);
         return;
     }
 
     if reason == Some(StopReason::Cancel(CancelAction::Rollback)) {
-        if let Err(e) = app
+        if let Err(e) = rt
             .store
             .delete_checkpoints_for_run(&run.thread_id, &run.run_id)
             .await
         {
             tracing::warn!(run_id = %run.run_id, error = %e, "rollback: deleting checkpoints failed");
         }
-        let cp = latest_checkpoint(app, &run.thread_id).await;
+        let cp = latest_checkpoint(rt, &run.thread_id).await;
         let (values, interrupts, has_next) = summary_from_checkpoint(cp.as_ref());
         let finish = RunFinish {
             status: RunStatus::Interrupted,
@@ -737,19 +713,19 @@ async fn complete(
                 config: thread_config,
             },
         };
-        if let Err(e) = app
+        if let Err(e) = rt
             .store
-            .finish_run(&run.run_id, &app.queue.worker_id, finish)
+            .finish_run(&run.run_id, &rt.queue.worker_id, finish)
             .await
         {
             tracing::warn!(run_id = %run.run_id, error = %e, "rollback: finishing the run failed");
         }
-        if let Err(e) = app.store.delete_run(&run.run_id).await {
+        if let Err(e) = rt.store.delete_run(&run.run_id).await {
             tracing::warn!(run_id = %run.run_id, error = %e, "rollback: deleting the run failed");
         }
-        app.broker
+        rt.broker
             .finish(&run.run_id, Some(Bytes::from_static(b"{}")));
-        cleanup_temporary(app, run).await;
+        cleanup_temporary(rt, run).await;
         return;
     }
 
@@ -762,7 +738,7 @@ async fn complete(
     };
     let empty = json!({});
     let body_values: &Value = start_values.as_ref().or(values.as_ref()).unwrap_or(&empty);
-    let webhook_values = kw_str(kw, "webhook").map(|_| body_values.clone());
+    let webhook_values = kw.webhook.as_ref().map(|_| body_values.clone());
     let (status, error, stop_reason, body) = match outcome {
         RunOutcome::Success {
             interrupts: raised,
@@ -807,25 +783,24 @@ async fn complete(
             Bytes::from(body_values.to_string()),
         ),
     };
-    // A cancelled run leaves the thread idle at its last checkpoint (not "interrupted",
-    // even though that checkpoint has nodes scheduled next).
-    let cancelled = status == RunStatus::Interrupted;
+    // The thread's status follows its latest checkpoint, also after a cancel: nodes still
+    // scheduled next leave it `interrupted` (as the official server does), none `idle`.
     let finish = RunFinish {
         status,
         error: error.clone(),
         stop_reason,
         thread: ThreadSummary {
             values,
-            interrupts: if cancelled { Map::new() } else { interrupts },
-            has_next: has_next && !cancelled,
+            interrupts,
+            has_next,
             error: error.clone(),
             metadata: thread_meta,
             config: thread_config,
         },
     };
-    let finished = match app
+    let finished = match rt
         .store
-        .finish_run(&run.run_id, &app.queue.worker_id, finish)
+        .finish_run(&run.run_id, &rt.queue.worker_id, finish)
         .await
     {
         Ok(r) => Some(r),
@@ -834,22 +809,20 @@ async fn complete(
             None
         }
     };
-    app.broker.finish(&run.run_id, Some(body));
-    if let (Some(url), Some(finished), Some(values)) =
-        (kw_str(kw, "webhook"), finished, webhook_values)
-    {
+    rt.broker.finish(&run.run_id, Some(body));
+    if let (Some(url), Some(finished), Some(values)) = (&kw.webhook, finished, webhook_values) {
         let payload = webhook::body(
             &finished,
             values,
             &crate::wire::ts(&started_at),
             &crate::wire::ts(&chrono::Utc::now()),
         );
-        let app2 = app.clone();
-        let url = url.to_string();
-        app.queue
-            .spawn(async move { webhook::send(app2, url, payload).await });
+        let rt2 = rt.clone();
+        let url = url.clone();
+        rt.queue
+            .spawn(async move { webhook::send(rt2, url, payload).await });
     }
-    cleanup_temporary(app, run).await;
+    cleanup_temporary(rt, run).await;
 }
 
 fn pending_interrupts(tasks: &[PendingTask]) -> JsonMap {
@@ -863,31 +836,28 @@ fn pending_interrupts(tasks: &[PendingTask]) -> JsonMap {
 }
 
 /// Deletes a stateless run's temporary thread (and its files).
-async fn cleanup_temporary(app: &AppState, run: &Run) {
-    if !kw_bool(&run.kwargs, "temporary") {
+async fn cleanup_temporary(rt: &Rt, run: &Run) {
+    let temporary = RunKwargs::from_map(&run.kwargs).is_ok_and(|k| k.temporary);
+    if !temporary {
         return;
     }
-    if let Err(e) = app.store.delete_thread(&run.thread_id).await {
+    if let Err(e) = rt.store.delete_thread(&run.thread_id).await {
         tracing::warn!(thread_id = %run.thread_id, error = %e, "deleting a temporary thread failed");
     }
-    crate::routes::threads::delete_thread_files(app, &run.thread_id).await;
+    crate::threads::delete_thread_files(rt, &run.thread_id).await;
 }
 
 /// Cancels runs: pending ones end at once in the store, running ones here get their token
 /// fired (the model stream is dropped within milliseconds); running ones elsewhere see the
 /// request on their next heartbeat.
-pub async fn cancel(
-    app: &AppState,
-    target: CancelTarget,
-    action: CancelAction,
-) -> ApiResult<Vec<Run>> {
-    let matched = app
+pub async fn cancel(rt: &Rt, target: CancelTarget, action: CancelAction) -> Result<Vec<Run>> {
+    let matched = rt
         .store
         .cancel_runs(&target, action)
         .await
-        .map_err(|e| ApiError::store("cancelling runs", e))?;
+        .map_err(|e| RuntimeError::store("cancelling runs", e))?;
     for r in &matched {
-        if let Some(a) = app.queue.active(&r.run_id) {
+        if let Some(a) = rt.queue.active(&r.run_id) {
             a.stop(StopReason::Cancel(action));
             continue;
         }
@@ -897,39 +867,39 @@ pub async fn cancel(
                     Bytes::from_static(b"{}")
                 } else {
                     Bytes::from(
-                        latest_checkpoint(app, &r.thread_id)
+                        latest_checkpoint(rt, &r.thread_id)
                             .await
                             .map(|c| state_value(&c.state))
                             .unwrap_or_else(|| json!({}))
                             .to_string(),
                     )
                 };
-                app.broker.finish(&r.run_id, Some(body));
-                cleanup_temporary(app, r).await;
+                rt.broker.finish(&r.run_id, Some(body));
+                cleanup_temporary(rt, r).await;
             }
             RunStatus::Running => {
-                lock(&app.queue.early_cancels).insert(r.run_id.clone(), (action, Instant::now()));
+                lock(&rt.queue.early_cancels).insert(r.run_id.clone(), (action, Instant::now()));
                 // It may be about to start here: check again once it is registered.
-                if let Some(a) = app.queue.active(&r.run_id) {
+                if let Some(a) = rt.queue.active(&r.run_id) {
                     a.stop(StopReason::Cancel(action));
                 }
             }
             _ => {}
         }
     }
-    app.queue.notify.notify_one();
+    rt.queue.notify.notify_one();
     Ok(matched)
 }
 
 /// Waits until a run is no longer pending/running (or `timeout` passes).
-pub async fn wait_terminal(app: &AppState, run_id: &str, timeout: Duration) {
+pub async fn wait_terminal(rt: &Rt, run_id: &str, timeout: Duration) {
     let deadline = tokio::time::Instant::now() + timeout;
-    if let Some(log) = app.broker.get(run_id) {
+    if let Some(log) = rt.broker.get(run_id) {
         let _ = tokio::time::timeout_at(deadline, log.wait_done()).await;
         return;
     }
     while tokio::time::Instant::now() < deadline {
-        match app.store.get_run(run_id).await {
+        match rt.store.get_run(run_id).await {
             Ok(Some(r)) if r.status.is_active() => {}
             _ => return,
         }
@@ -939,8 +909,8 @@ pub async fn wait_terminal(app: &AppState, run_id: &str, timeout: Duration) {
 
 /// Stops claiming, cancels in-flight runs (they are released for another worker) and waits
 /// for them up to the grace period.
-pub async fn shutdown(app: &AppState) {
-    let q = &app.queue;
+pub async fn shutdown(rt: &crate::Runtime) {
+    let q = &rt.queue;
     q.stopping.cancel();
     let actives: Vec<Arc<ActiveRun>> = lock(&q.active).values().cloned().collect();
     for a in actives {

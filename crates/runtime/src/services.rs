@@ -2,7 +2,7 @@
 //! provider, `extensions_config.json` (read and written), the cached skills catalog, the MCP
 //! manager and long-term memory.
 
-use crate::app::BuildError;
+use crate::runtime::BuildError;
 use async_trait::async_trait;
 use fawn_agent::{RunSetup, SetupError, SkillsPrompt, ToolSource};
 use fawn_config::{ExtensionsConfig, Settings, SkillToggle};

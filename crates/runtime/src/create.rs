@@ -3,10 +3,10 @@
 //! config/context merge, checkpoint forks, multitask strategy, then the atomic
 //! `RunStore::create_run` and the cancellation of in-flight runs it reports.
 
-use crate::app::AppState;
-use crate::error::{ApiError, ApiResult};
-use crate::extract::uuid_param;
-use axum::http::HeaderMap;
+use crate::error::{Result, RuntimeError};
+use crate::kwargs::{CheckpointTarget, Durability, OnDisconnect, RunConfig, RunKwargs};
+use crate::runtime::Rt;
+use fawn_agent::Breakpoints;
 use fawn_checkpoint::{
     Assistant, CancelAction, JsonMap, MultitaskStrategy, NewRun, Run, StoreError,
 };
@@ -79,21 +79,21 @@ fn present(v: &Option<Value>) -> Option<&Value> {
     v.as_ref().filter(|v| !v.is_null())
 }
 
-fn object(field: &str, v: &Option<Value>) -> ApiResult<JsonMap> {
+fn object(field: &str, v: &Option<Value>) -> Result<JsonMap> {
     match present(v) {
         None => Ok(Map::new()),
         Some(Value::Object(m)) => Ok(m.clone()),
-        Some(_) => Err(ApiError::unprocessable(format!(
+        Some(_) => Err(RuntimeError::invalid(format!(
             "Invalid request body at `{field}`: must be an object"
         ))),
     }
 }
 
-fn boolean(field: &str, v: &Option<Value>) -> ApiResult<bool> {
+fn boolean(field: &str, v: &Option<Value>) -> Result<bool> {
     match present(v) {
         None => Ok(false),
         Some(Value::Bool(b)) => Ok(*b),
-        Some(_) => Err(ApiError::unprocessable(format!(
+        Some(_) => Err(RuntimeError::invalid(format!(
             "Invalid request body at `{field}`: must be a boolean"
         ))),
     }
@@ -104,7 +104,7 @@ fn choice<'a>(
     v: &'a Option<Value>,
     allowed: &[&'a str],
     default: &'a str,
-) -> ApiResult<&'a str> {
+) -> Result<&'a str> {
     match present(v) {
         None => Ok(default),
         Some(Value::String(s)) => allowed
@@ -112,18 +112,18 @@ fn choice<'a>(
             .find(|a| **a == s.as_str())
             .copied()
             .ok_or_else(|| {
-                ApiError::unprocessable(format!(
+                RuntimeError::invalid(format!(
                     "Invalid request body at `{field}`: '{s}' is not one of {allowed:?}"
                 ))
             }),
-        Some(_) => Err(ApiError::unprocessable(format!(
+        Some(_) => Err(RuntimeError::invalid(format!(
             "Invalid request body at `{field}`: must be one of {allowed:?}"
         ))),
     }
 }
 
 /// `stream_mode`: a string or a list; empty/absent → `["values"]`.
-pub fn stream_modes(v: &Option<Value>) -> ApiResult<Vec<String>> {
+pub fn stream_modes(v: &Option<Value>) -> Result<Vec<String>> {
     let items: Vec<&Value> = match present(v) {
         None => Vec::new(),
         Some(Value::Array(a)) => a.iter().collect(),
@@ -132,12 +132,12 @@ pub fn stream_modes(v: &Option<Value>) -> ApiResult<Vec<String>> {
     let mut out: Vec<String> = Vec::new();
     for item in items {
         let Some(s) = item.as_str() else {
-            return Err(ApiError::unprocessable(
+            return Err(RuntimeError::invalid(
                 "Invalid request body at `stream_mode`: must be a string or a list of strings",
             ));
         };
         if !STREAM_MODES.contains(&s) {
-            return Err(ApiError::unprocessable(format!(
+            return Err(RuntimeError::invalid(format!(
                 "Invalid stream_mode '{s}'. Expected one of {STREAM_MODES:?}"
             )));
         }
@@ -151,24 +151,29 @@ pub fn stream_modes(v: &Option<Value>) -> ApiResult<Vec<String>> {
     Ok(out)
 }
 
-fn breakpoints(field: &str, v: &Option<Value>) -> ApiResult<Value> {
+fn breakpoints(field: &str, v: &Option<Value>) -> Result<Breakpoints> {
     match present(v) {
-        None => Ok(Value::Null),
-        Some(Value::String(s)) if s == "*" => Ok(json!("*")),
-        Some(Value::Array(a)) if a.iter().all(Value::is_string) => Ok(Value::Array(a.clone())),
-        Some(_) => Err(ApiError::unprocessable(format!(
+        None => Ok(Breakpoints::None),
+        Some(Value::String(s)) if s == "*" => Ok(Breakpoints::All),
+        Some(Value::Array(a)) if a.iter().all(Value::is_string) => Ok(Breakpoints::Nodes(
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect(),
+        )),
+        Some(_) => Err(RuntimeError::invalid(format!(
             "Invalid request body at `{field}`: must be \"*\" or a list of node names"
         ))),
     }
 }
 
 /// `command` → the `fawn_state::Command` JSON (goto normalised to node names).
-fn command(v: &Option<Value>) -> ApiResult<Option<Value>> {
+fn command(v: &Option<Value>) -> Result<Option<Value>> {
     let Some(v) = present(v) else {
         return Ok(None);
     };
     let Value::Object(m) = v else {
-        return Err(ApiError::unprocessable(
+        return Err(RuntimeError::invalid(
             "Invalid request body at `command`: must be an object",
         ));
     };
@@ -185,17 +190,17 @@ fn command(v: &Option<Value>) -> ApiResult<Option<Value>> {
                         .is_some_and(|p| p.len() == 2 && p[0].is_string())
                 }) => {}
             _ => {
-                return Err(ApiError::unprocessable(
+                return Err(RuntimeError::invalid(
                     "Invalid request body at `command.update`: must be an object or a list of [key, value] pairs",
                 ));
             }
         }
         if let Value::Object(_) = u {
             let update = fawn_state::StateUpdate::from_value(u.clone()).map_err(|e| {
-                ApiError::unprocessable(format!("Invalid request body at `command.update`: {e}"))
+                RuntimeError::invalid(format!("Invalid request body at `command.update`: {e}"))
             })?;
             check_message_types(&update).map_err(|e| {
-                ApiError::unprocessable(format!("Invalid request body at `command.update`: {e}"))
+                RuntimeError::invalid(format!("Invalid request body at `command.update`: {e}"))
             })?;
         }
         out.insert("update".into(), u.clone());
@@ -213,7 +218,7 @@ fn command(v: &Option<Value>) -> ApiResult<Option<Value>> {
                     nodes.push(o["node"].clone())
                 }
                 _ => {
-                    return Err(ApiError::unprocessable(
+                    return Err(RuntimeError::invalid(
                         "Invalid request body at `command.goto`: must be a node name, a Send {node, input}, or a list of them",
                     ));
                 }
@@ -246,48 +251,52 @@ fn is_uuid(s: &str) -> bool {
 }
 
 /// Resolves `assistant_id` (a UUID or a graph id) to an assistant.
-pub async fn resolve_assistant(app: &AppState, v: &Option<Value>) -> ApiResult<Assistant> {
+pub async fn resolve_assistant(rt: &Rt, v: &Option<Value>) -> Result<Assistant> {
     let id = match present(v) {
         Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_string(),
         Some(_) => {
-            return Err(ApiError::unprocessable(
+            return Err(RuntimeError::invalid(
                 "Invalid request body at `assistant_id`: must be a string",
             ));
         }
         None => {
-            return Err(ApiError::unprocessable(
+            return Err(RuntimeError::invalid(
                 "Invalid request body: `assistant_id` is required",
             ));
         }
     };
     let uuid = if is_uuid(&id) {
-        uuid_param("assistant", &id)?
-    } else if let Some(u) = app.graphs.assistant_for_graph(&id) {
+        uuid::Uuid::parse_str(&id)
+            .map(|u| u.hyphenated().to_string())
+            .map_err(|_| RuntimeError::invalid("Invalid assistant ID: must be a UUID"))?
+    } else if let Some(u) = rt.graphs.assistant_for_graph(&id) {
         u
     } else {
-        return Err(ApiError::unprocessable(format!(
+        return Err(RuntimeError::invalid(format!(
             "Invalid assistant: '{id}'. Must be either a valid assistant UUID or one of the registered graphs: {}",
-            app.graphs.list_text()
+            rt.graphs.list_text()
         )));
     };
-    match app.assistant(&uuid).await {
+    match rt.assistant(&uuid).await {
         Ok(Some(a)) => Ok(a),
-        Ok(None) => Err(ApiError::not_found("Thread or assistant not found.")),
-        Err(e) => Err(ApiError::store("loading the assistant", e)),
+        Ok(None) => Err(RuntimeError::not_found("Thread or assistant not found.")),
+        Err(e) => Err(RuntimeError::store("loading the assistant", e)),
     }
 }
 
-/// Headers copied into `configurable` (`x-*` except secrets, and `user-agent`).
-fn header_config(headers: Option<&HeaderMap>, into: &mut JsonMap) {
-    let Some(headers) = headers else { return };
+/// Whether a request header is copied into a run's `configurable` (`x-*` except secrets,
+/// and `user-agent`), as the official server does. Names are lower-case.
+pub fn header_goes_to_config(name: &str) -> bool {
+    (name.starts_with("x-") && !matches!(name, "x-api-key" | "x-tenant-id" | "x-service-key"))
+        || name == "user-agent"
+}
+
+/// Headers copied into `configurable`; the first value of a name wins.
+fn header_config(headers: &[(String, String)], into: &mut JsonMap) {
     for (name, value) in headers {
-        let n = name.as_str();
-        let copy = (n.starts_with("x-")
-            && !matches!(n, "x-api-key" | "x-tenant-id" | "x-service-key"))
-            || n == "user-agent";
-        if copy && let Ok(v) = value.to_str() {
-            into.entry(n.to_string())
-                .or_insert_with(|| Value::String(v.to_string()));
+        if header_goes_to_config(name) {
+            into.entry(name.clone())
+                .or_insert_with(|| Value::String(value.clone()));
         }
     }
 }
@@ -305,28 +314,28 @@ pub struct PreparedRun {
 
 /// Validates and creates a run.
 pub async fn create_run(
-    app: &AppState,
+    rt: &Rt,
     body: RunCreate,
     target: RunTarget,
-    headers: Option<&HeaderMap>,
-) -> ApiResult<CreatedRun> {
-    let prepared = prepare_run(app, body, target, headers).await?;
-    commit_run(app, prepared).await
+    headers: &[(String, String)],
+) -> Result<CreatedRun> {
+    let prepared = prepare_run(rt, body, target, headers).await?;
+    commit_run(rt, prepared).await
 }
 
 /// Validates a run request and builds what `create_run` stores; writes nothing.
 pub async fn prepare_run(
-    app: &AppState,
+    rt: &Rt,
     body: RunCreate,
     target: RunTarget,
-    headers: Option<&HeaderMap>,
-) -> ApiResult<PreparedRun> {
-    let assistant = resolve_assistant(app, &body.assistant_id).await?;
+    headers: &[(String, String)],
+) -> Result<PreparedRun> {
+    let assistant = resolve_assistant(rt, &body.assistant_id).await?;
     let graph_id = assistant.graph_id.clone();
-    if !app.graphs.contains(&graph_id) {
-        return Err(ApiError::not_found(format!(
+    if !rt.graphs.contains(&graph_id) {
+        return Err(RuntimeError::not_found(format!(
             "Graph '{graph_id}' not found. Expected one of: {}",
-            app.graphs.list_text()
+            rt.graphs.list_text()
         )));
     }
     let stateless = !matches!(target, RunTarget::Thread(_));
@@ -337,13 +346,13 @@ pub async fn prepare_run(
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(m)) => m.clone(),
         Some(_) => {
-            return Err(ApiError::unprocessable(
+            return Err(RuntimeError::invalid(
                 "Invalid request body at `config.configurable`: must be an object",
             ));
         }
     };
     if !user_configurable.is_empty() && !user_context.is_empty() {
-        return Err(ApiError::bad_request(
+        return Err(RuntimeError::rejected(
             "Cannot specify both configurable and context. Prefer setting context alone. \
              Context was introduced in LangGraph 0.6.0 and is the long term planned \
              replacement for configurable.",
@@ -351,9 +360,13 @@ pub async fn prepare_run(
     }
     let tags = match config.get("tags") {
         None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(a)) if a.iter().all(Value::is_string) => a.clone(),
+        Some(Value::Array(a)) if a.iter().all(Value::is_string) => a
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect::<Vec<_>>(),
         Some(_) => {
-            return Err(ApiError::unprocessable(
+            return Err(RuntimeError::invalid(
                 "Invalid request body at `config.tags`: must be a list of strings",
             ));
         }
@@ -366,12 +379,15 @@ pub async fn prepare_run(
     let modes = stream_modes(&body.stream_mode)?;
     let subgraphs = boolean("stream_subgraphs", &body.stream_subgraphs)?;
     let resumable = boolean("stream_resumable", &body.stream_resumable)?;
-    let on_disconnect = choice(
-        "on_disconnect",
-        &body.on_disconnect,
-        &["cancel", "continue"],
-        "continue",
-    )?;
+    let on_disconnect = OnDisconnect::from(Some(
+        choice(
+            "on_disconnect",
+            &body.on_disconnect,
+            &OnDisconnect::NAMES,
+            "continue",
+        )?
+        .to_string(),
+    ));
     let interrupt_before = breakpoints("interrupt_before", &body.interrupt_before)?;
     let interrupt_after = breakpoints("interrupt_after", &body.interrupt_after)?;
     let command = command(&body.command)?;
@@ -403,37 +419,34 @@ pub async fn prepare_run(
         Some(Value::Number(n)) => match n.as_f64() {
             Some(f) if f >= 0.0 && f.is_finite() && f <= 31_536_000.0 => f,
             _ => {
-                return Err(ApiError::unprocessable(
+                return Err(RuntimeError::invalid(
                     "Invalid request body at `after_seconds`: must be a number between 0 and 31536000",
                 ));
             }
         },
         Some(_) => {
-            return Err(ApiError::unprocessable(
+            return Err(RuntimeError::invalid(
                 "Invalid request body at `after_seconds`: must be a number",
             ));
         }
     };
     let webhook = match present(&body.webhook) {
         None => None,
-        Some(Value::String(s)) => Some(crate::runs::webhook::validate_url(s)?),
+        Some(Value::String(s)) => Some(crate::webhook::validate_url(s)?),
         Some(_) => {
-            return Err(ApiError::unprocessable(
+            return Err(RuntimeError::invalid(
                 "Invalid request body at `webhook`: must be a URL string",
             ));
         }
     };
-    let durability = choice(
-        "durability",
-        &body.durability,
-        &["sync", "async", "exit"],
-        "async",
-    )?;
+    let durability = Durability::from(Some(
+        choice("durability", &body.durability, &Durability::NAMES, "async")?.to_string(),
+    ));
     let checkpoint_during = match present(&body.checkpoint_during) {
         None => true,
         Some(Value::Bool(b)) => *b,
         Some(_) => {
-            return Err(ApiError::unprocessable(
+            return Err(RuntimeError::invalid(
                 "Invalid request body at `checkpoint_during`: must be a boolean",
             ));
         }
@@ -442,12 +455,10 @@ pub async fn prepare_run(
     // Input must be a state update the graph can read.
     let input = present(&body.input).cloned();
     if let Some(i) = &input {
-        let update = fawn_state::StateUpdate::from_value(i.clone()).map_err(|e| {
-            ApiError::unprocessable(format!("Invalid request body at `input`: {e}"))
-        })?;
-        check_message_types(&update).map_err(|e| {
-            ApiError::unprocessable(format!("Invalid request body at `input`: {e}"))
-        })?;
+        let update = fawn_state::StateUpdate::from_value(i.clone())
+            .map_err(|e| RuntimeError::invalid(format!("Invalid request body at `input`: {e}")))?;
+        check_message_types(&update)
+            .map_err(|e| RuntimeError::invalid(format!("Invalid request body at `input`: {e}")))?;
     }
     // Checkpoint to start from.
     let mut checkpoint = object("checkpoint", &body.checkpoint)?;
@@ -457,12 +468,12 @@ pub async fn prepare_run(
         Some(Value::String(s)) => {
             checkpoint.insert("checkpoint_id".into(), Value::String(s.clone()));
         }
-        Some(_) => return Err(ApiError::unprocessable("Invalid checkpoint ID")),
+        Some(_) => return Err(RuntimeError::invalid("Invalid checkpoint ID")),
     }
     if let Some(id) = checkpoint.get("checkpoint_id").filter(|v| !v.is_null()) {
         match id.as_str() {
             Some(s) if is_uuid(s) => {}
-            _ => return Err(ApiError::unprocessable("Invalid checkpoint ID")),
+            _ => return Err(RuntimeError::invalid("Invalid checkpoint ID")),
         }
     } else {
         checkpoint.remove("checkpoint_id");
@@ -485,7 +496,7 @@ pub async fn prepare_run(
         }
         RunTarget::Stateless | RunTarget::CronStateless { .. } => {
             if command.as_ref().is_some_and(|c| c.get("resume").is_some()) {
-                return Err(ApiError::bad_request(
+                return Err(RuntimeError::rejected(
                     "You must provide a thread_id when resuming.",
                 ));
             }
@@ -504,19 +515,21 @@ pub async fn prepare_run(
         &target,
         checkpoint.get("checkpoint_id").and_then(Value::as_str),
     ) {
-        match app
+        match rt
             .store
             .get_checkpoint(tid, &checkpoint_ns, Some(cid))
             .await
         {
             Ok(Some(_)) => {}
             Ok(None) => {
-                if app.store.get_thread(tid).await.ok().flatten().is_none() {
-                    return Err(ApiError::not_found("Thread or assistant not found."));
+                if rt.store.get_thread(tid).await.ok().flatten().is_none() {
+                    return Err(RuntimeError::not_found("Thread or assistant not found."));
                 }
-                return Err(ApiError::not_found(format!("Checkpoint {cid} not found")));
+                return Err(RuntimeError::not_found(format!(
+                    "Checkpoint {cid} not found"
+                )));
             }
-            Err(e) => return Err(ApiError::store("loading the checkpoint", e)),
+            Err(e) => return Err(RuntimeError::store("loading the checkpoint", e)),
         }
     }
 
@@ -550,39 +563,43 @@ pub async fn prepare_run(
     metadata.insert("graph_id".into(), json!(graph_id));
     metadata.insert("assistant_id".into(), json!(assistant.assistant_id));
 
-    let mut run_config = Map::new();
-    run_config.insert("configurable".into(), Value::Object(configurable));
-    if !tags.is_empty() {
-        run_config.insert("tags".into(), Value::Array(tags));
-    }
-    if let Some(r) = recursion_limit {
-        run_config.insert("recursion_limit".into(), r);
-    }
-    let mut kwargs = Map::new();
-    kwargs.insert("input".into(), input.unwrap_or(Value::Null));
-    kwargs.insert("command".into(), command.unwrap_or(Value::Null));
-    kwargs.insert("config".into(), Value::Object(run_config));
-    kwargs.insert("context".into(), Value::Object(context));
-    kwargs.insert("stream_mode".into(), json!(modes));
-    kwargs.insert("interrupt_before".into(), interrupt_before);
-    kwargs.insert("interrupt_after".into(), interrupt_after);
-    kwargs.insert("webhook".into(), json!(webhook));
-    kwargs.insert("feedback_keys".into(), feedback_keys.unwrap_or(Value::Null));
-    kwargs.insert("temporary".into(), json!(temporary));
-    kwargs.insert("subgraphs".into(), json!(subgraphs));
-    kwargs.insert("resumable".into(), json!(resumable));
-    kwargs.insert("checkpoint_during".into(), json!(checkpoint_during));
-    kwargs.insert("durability".into(), json!(durability));
-    kwargs.insert("on_disconnect".into(), json!(on_disconnect));
-    kwargs.insert(
-        "checkpoint".into(),
-        if checkpoint.contains_key("checkpoint_id") {
-            Value::Object(checkpoint)
-        } else {
-            Value::Null
+    let checkpoint = match checkpoint.remove("checkpoint_id") {
+        Some(Value::String(checkpoint_id)) => Some(CheckpointTarget {
+            checkpoint_id,
+            checkpoint_ns: match checkpoint.remove("checkpoint_ns") {
+                Some(Value::String(ns)) => Some(ns),
+                _ => None,
+            },
+            extra: checkpoint,
+        }),
+        _ => None,
+    };
+    let kwargs = RunKwargs {
+        input,
+        command,
+        config: RunConfig {
+            configurable,
+            tags,
+            recursion_limit,
+            extra: JsonMap::new(),
         },
-    );
-    kwargs.insert("graph_id".into(), json!(graph_id));
+        context,
+        stream_mode: modes,
+        interrupt_before,
+        interrupt_after,
+        webhook,
+        feedback_keys,
+        temporary,
+        subgraphs,
+        resumable,
+        checkpoint_during,
+        durability,
+        on_disconnect,
+        checkpoint,
+        graph_id: Some(graph_id.clone()),
+        extra: JsonMap::new(),
+    }
+    .to_map();
 
     let new_run = NewRun {
         run_id: Some(run_id.clone()),
@@ -601,7 +618,7 @@ pub async fn prepare_run(
     Ok(PreparedRun {
         new_run,
         resumable,
-        cancel_on_disconnect: on_disconnect == "cancel",
+        cancel_on_disconnect: on_disconnect == OnDisconnect::Cancel,
         stateless,
         multitask,
         after_seconds,
@@ -610,24 +627,26 @@ pub async fn prepare_run(
 
 /// Writes a prepared run (atomically with the thread's multitask rule), cancels the
 /// in-flight runs its strategy replaces, and hands it to the queue.
-pub async fn commit_run(app: &AppState, p: PreparedRun) -> ApiResult<CreatedRun> {
+pub async fn commit_run(rt: &Rt, p: PreparedRun) -> Result<CreatedRun> {
     let run_id = p.new_run.run_id.clone().unwrap_or_default();
     let thread_id = p.new_run.thread_id.clone();
     // The log exists before the run can start, so a creator's stream sees every event.
-    let log = app.broker.open(&run_id, &thread_id, p.resumable);
+    let log = rt.broker.open(&run_id, &thread_id, p.resumable);
     if log.begin_attempt(1) {
         crate::runs::publish_metadata(&log, &run_id, &thread_id, 1);
     }
-    let created = match app.store.create_run(p.new_run).await {
+    let created = match rt.store.create_run(p.new_run).await {
         Ok(c) => c,
         Err(e) => {
-            app.broker.remove(&run_id);
+            rt.broker.remove(&run_id);
             return Err(match e {
-                StoreError::Conflict(_) => ApiError::conflict(
+                StoreError::Conflict(_) => RuntimeError::conflict(
                     "Thread is already running a task. Wait for it to finish or choose a different multitask strategy.",
                 ),
-                StoreError::NotFound(_) => ApiError::not_found("Thread or assistant not found."),
-                other => ApiError::store("creating the run", other),
+                StoreError::NotFound(_) => {
+                    RuntimeError::not_found("Thread or assistant not found.")
+                }
+                other => RuntimeError::store("creating the run", other),
             });
         }
     };
@@ -645,7 +664,7 @@ pub async fn commit_run(app: &AppState, p: PreparedRun) -> ApiResult<CreatedRun>
         };
         let ids: Vec<String> = created.inflight.iter().map(|r| r.run_id.clone()).collect();
         if let Err(e) = crate::runs::cancel(
-            app,
+            rt,
             fawn_checkpoint::CancelTarget::Runs {
                 thread_id: Some(thread_id.clone()),
                 run_ids: ids,
@@ -654,10 +673,10 @@ pub async fn commit_run(app: &AppState, p: PreparedRun) -> ApiResult<CreatedRun>
         )
         .await
         {
-            tracing::warn!(run_id = %run_id, error = %e.detail, "could not cancel in-flight runs");
+            tracing::warn!(run_id = %run_id, error = %e, "could not cancel in-flight runs");
         }
     }
-    crate::runs::submit(app, &created.run, p.after_seconds);
+    crate::runs::submit(rt, &created.run, p.after_seconds);
     Ok(CreatedRun {
         run: created.run,
         resumable: p.resumable,
@@ -689,13 +708,14 @@ mod tests {
             vec!["values", "messages-tuple"]
         );
         assert_eq!(stream_modes(&Some(json!([]))).unwrap(), vec!["values"]);
-        assert_eq!(
-            stream_modes(&Some(json!(["lifecycle"])))
-                .unwrap_err()
-                .status,
-            422
-        );
-        assert_eq!(stream_modes(&Some(json!(3))).unwrap_err().status, 422);
+        assert!(matches!(
+            stream_modes(&Some(json!(["lifecycle"]))),
+            Err(RuntimeError::Invalid(_))
+        ));
+        assert!(matches!(
+            stream_modes(&Some(json!(3))),
+            Err(RuntimeError::Invalid(_))
+        ));
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! scheduler claims due crons through the store (so two processes never fire the same tick)
 //! and creates each tick's run through the same normalisation as every other run.
 
-use crate::app::AppState;
-use crate::runs::create::{RunCreate, RunTarget, create_run};
+use crate::create::{RunCreate, RunTarget, create_run};
+use crate::runtime::Rt;
 use chrono::{DateTime, Utc};
 use fawn_checkpoint::Cron;
 use serde_json::{Value, json};
@@ -49,26 +49,26 @@ pub fn next_run(
 }
 
 /// Looks for due crons every `cron_interval` (or when notified). Runs until the queue stops.
-pub async fn scheduler(app: AppState) {
+pub async fn scheduler(rt: Rt) {
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(app.cron_interval) => {}
-            _ = app.cron_notify.notified() => {}
-            _ = app.queue.stopping.cancelled() => return,
+            _ = tokio::time::sleep(rt.cron_interval) => {}
+            _ = rt.cron_notify.notified() => {}
+            _ = rt.queue.stopping.cancelled() => return,
         }
-        tick(&app).await;
+        tick(&rt).await;
     }
 }
 
 /// Fires every due cron once; returns how many fired.
-pub async fn tick(app: &AppState) -> usize {
-    let now = app.now();
+pub async fn tick(rt: &Rt) -> usize {
+    let now = rt.now();
     let next = move |c: &Cron| {
         next_run(&c.schedule, c.timezone.as_deref(), now, c.end_time)
             .ok()
             .flatten()
     };
-    let due = match app.store.claim_due_crons(now, 50, &next).await {
+    let due = match rt.store.claim_due_crons(now, 50, &next).await {
         Ok(d) => d,
         Err(e) => {
             tracing::warn!(error = %e, "claiming due crons failed");
@@ -77,12 +77,12 @@ pub async fn tick(app: &AppState) -> usize {
     };
     let n = due.len();
     for cron in due {
-        fire(app, &cron).await;
+        fire(rt, &cron).await;
     }
     n
 }
 
-async fn fire(app: &AppState, cron: &Cron) {
+async fn fire(rt: &Rt, cron: &Cron) {
     let mut payload = cron.payload.clone();
     payload.insert("assistant_id".into(), json!(cron.assistant_id));
     for k in [
@@ -114,12 +114,12 @@ async fn fire(app: &AppState, cron: &Cron) {
             keep: cron.on_run_completed.as_deref() == Some("keep"),
         },
     };
-    match create_run(app, body, target, None).await {
+    match create_run(rt, body, target, &[]).await {
         Ok(c) => {
             tracing::info!(cron_id = %cron.cron_id, run_id = %c.run.run_id, "cron fired");
         }
         Err(e) => {
-            tracing::warn!(cron_id = %cron.cron_id, error = %e.detail, "cron tick could not create a run");
+            tracing::warn!(cron_id = %cron.cron_id, error = %e, "cron tick could not create a run");
         }
     }
 }

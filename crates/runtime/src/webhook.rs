@@ -4,30 +4,30 @@
 //! redirects are not followed, each call has a timeout, and a failed call is retried once
 //! after a short pause (no retry storm).
 
-use crate::app::AppState;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{Result, RuntimeError};
+use crate::runtime::Rt;
 use fawn_checkpoint::Run;
 use serde_json::{Value, json};
 use std::time::Duration;
 
 /// Checks a webhook URL at run creation.
-pub fn validate_url(raw: &str) -> ApiResult<String> {
+pub fn validate_url(raw: &str) -> Result<String> {
     let s = raw.trim();
     if s.starts_with('/') && !s.starts_with("//") {
         return Ok(s.to_string());
     }
     match url::Url::parse(s) {
         Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Ok(s.to_string()),
-        _ => Err(ApiError::unprocessable(format!(
+        _ => Err(RuntimeError::invalid(format!(
             "Invalid webhook URL '{s}': must be an absolute http(s) URL or a path starting with '/'"
         ))),
     }
 }
 
 /// Where a webhook goes: `/path` → this server on loopback.
-pub fn resolve(app: &AppState, url: &str) -> Option<String> {
+pub fn resolve(rt: &crate::Runtime, url: &str) -> Option<String> {
     if url.starts_with('/') {
-        let port = app.local_port()?;
+        let port = rt.local_port()?;
         Some(format!("http://127.0.0.1:{port}{url}"))
     } else {
         Some(url.to_string())
@@ -53,13 +53,13 @@ pub fn body(run: &Run, values: Value, started_at: &str, ended_at: &str) -> Value
 }
 
 /// Sends a webhook (at most two attempts).
-pub async fn send(app: AppState, url: String, payload: Value) {
-    let Some(target) = resolve(&app, &url) else {
+pub async fn send(rt: Rt, url: String, payload: Value) {
+    let Some(target) = resolve(&rt, &url) else {
         tracing::warn!(%url, "webhook: no local address for a path webhook");
         return;
     };
     for attempt in 1..=2u32 {
-        let result = app
+        let result = rt
             .webhook_client
             .post(&target)
             .json(&payload)

@@ -1,12 +1,16 @@
-//! The [`RunObserver`] of one run: persists each `StepCheckpoint` through the checkpoint
-//! store and turns the agent's events into the SSE events of the run's stream modes.
+//! The [`RunObserver`] of one run: hands each `StepCheckpoint` to the run's checkpoint writer
+//! ([`crate::checkpoints`]) and projects the agent's events into the events of the run's
+//! stream modes.
 
-use crate::app::AppState;
-use crate::stream::RunLog;
+use crate::broker::RunLog;
+use crate::checkpoints::{LastCheckpoint, RunCheckpoints, Step};
+use crate::hooks::Point;
+use crate::kwargs::Durability;
+use crate::runtime::Rt;
 use async_trait::async_trait;
 use bytes::Bytes;
 use fawn_agent::{ObserverError, PendingTask, RunObserver, StepCheckpoint};
-use fawn_checkpoint::{JsonMap, NewCheckpoint, Persistence, TaskRecord};
+use fawn_checkpoint::{JsonMap, TaskRecord};
 use fawn_state::{
     ChunkAccumulator, EventSink, Interrupt, Message, MessageKind, Messages, StreamEvent,
     ThreadState,
@@ -15,7 +19,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 /// The stream modes a run asked for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -32,15 +36,10 @@ pub struct Modes {
 }
 
 impl Modes {
-    pub fn from_kwargs(kwargs: &JsonMap) -> Modes {
+    pub fn from_list(list: &[String]) -> Modes {
         let mut m = Modes::default();
-        let list: Vec<&str> = match kwargs.get("stream_mode") {
-            Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect(),
-            Some(Value::String(s)) => vec![s.as_str()],
-            _ => vec!["values"],
-        };
         for s in list {
-            match s {
+            match s.as_str() {
                 "values" => m.values = true,
                 "updates" => m.updates = true,
                 "messages-tuple" => m.messages_tuple = true,
@@ -57,19 +56,8 @@ impl Modes {
     }
 }
 
-/// What the last persisted checkpoint of the run looked like.
-#[derive(Clone, Debug)]
-pub struct LastCheckpoint {
-    pub id: String,
-    pub state: Arc<ThreadState>,
-    pub next: Vec<String>,
-    pub tasks: Vec<PendingTask>,
-}
-
 #[derive(Default)]
 struct Inner {
-    parent_id: Option<String>,
-    last: Option<LastCheckpoint>,
     partial: HashMap<String, ChunkAccumulator>,
     seen_meta: HashSet<String>,
     /// `events` mode: model calls whose `on_chat_model_start` was sent, and their chunks so
@@ -88,158 +76,11 @@ pub struct Observer {
     modes: Modes,
     /// Checkpoint metadata shared by every checkpoint of the run.
     base_meta: JsonMap,
-    /// Shared with the checkpoint writer, which advances the parent and the last checkpoint.
-    inner: Arc<Mutex<Inner>>,
-    /// How checkpoints are written (`durability`).
-    durability: Durability,
-    queue: Arc<WriteQueue>,
-}
-
-/// When a run's checkpoints are written (the run's `durability`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Durability {
-    /// Each before the next step starts.
-    Sync,
-    /// Each while the next steps run (LangGraph's default): queued, and written in order by
-    /// one task per run, what accumulated during a write as one chain.
-    Async,
-    /// All of them when the run ends, as one chain: a run that dies leaves none.
-    Exit,
-}
-
-impl Durability {
-    /// A `RunCreate`'s `durability` (absent or unknown: `async`).
-    pub fn from_kwarg(v: Option<&str>) -> Durability {
-        match v {
-            Some("sync") => Durability::Sync,
-            Some("exit") => Durability::Exit,
-            _ => Durability::Async,
-        }
-    }
-}
-
-/// What one checkpoint adds to the run's chain.
-struct Step {
-    metadata: JsonMap,
-    writes: Vec<(String, fawn_state::StateUpdate)>,
-    state: Arc<ThreadState>,
-    next: Vec<String>,
-    tasks: Vec<PendingTask>,
-    records: Vec<TaskRecord>,
-}
-
-/// Writes a run's checkpoints, each under the one before.
-struct ChainWriter {
-    store: Arc<dyn Persistence>,
-    inner: Arc<Mutex<Inner>>,
-    thread_id: String,
-    run_id: String,
-}
-
-impl ChainWriter {
-    /// Writes `steps` (one transaction on SQLite) under the run's current parent; the last
-    /// becomes the new parent. Returns `(id of the last, parent of the first)`.
-    async fn write(&self, steps: Vec<Step>) -> Result<(String, Option<String>), String> {
-        let parent_id = lock(&self.inner).parent_id.clone();
-        let mut chain = Vec::with_capacity(steps.len());
-        let mut last = None;
-        for step in steps {
-            chain.push(NewCheckpoint {
-                thread_id: self.thread_id.clone(),
-                checkpoint_ns: String::new(),
-                parent_id: parent_id.clone(),
-                run_id: Some(self.run_id.clone()),
-                metadata: step.metadata,
-                writes: step.writes,
-                state: step.state.clone(),
-                next: step.next.clone(),
-                tasks: step.records,
-            });
-            last = Some((step.state, step.next, step.tasks));
-        }
-        let ids = self
-            .store
-            .put_checkpoints(chain)
-            .await
-            .map_err(|e| e.to_string())?;
-        let (Some(id), Some((state, next, tasks))) = (ids.last(), last) else {
-            return Err("no checkpoint to write".to_string());
-        };
-        let mut g = lock(&self.inner);
-        g.parent_id = Some(id.clone());
-        g.last = Some(LastCheckpoint {
-            id: id.clone(),
-            state,
-            next,
-            tasks,
-        });
-        Ok((id.clone(), parent_id))
-    }
-}
-
-/// Checkpoints waiting to be written (`durability: async`). One task drains the queue at a
-/// time, writing what accumulated while it wrote the previous batch as one chain.
-struct WriteQueue {
-    writer: ChainWriter,
-    state: Mutex<Queued>,
-    /// Bumped whenever the draining task stops.
-    stopped: watch::Sender<u64>,
-}
-
-#[derive(Default)]
-struct Queued {
-    steps: Vec<Step>,
-    /// A task is draining `steps`.
-    draining: bool,
-    /// The first write that failed; nothing queued after it is written.
-    failed: Option<String>,
-}
-
-/// Tells waiters when the draining task ends, however it ends: a task dropped at shutdown
-/// or unwinding marks the queue idle and failed, so nobody waits for it forever.
-struct Draining {
-    queue: Arc<WriteQueue>,
-    finished: bool,
-}
-
-impl Drop for Draining {
-    fn drop(&mut self) {
-        if !self.finished {
-            let mut q = lock(&self.queue.state);
-            q.draining = false;
-            q.steps.clear();
-            q.failed
-                .get_or_insert_with(|| "the checkpoint writer stopped".to_string());
-        }
-        self.queue.stopped.send_modify(|v| *v += 1);
-    }
-}
-
-async fn drain(queue: Arc<WriteQueue>) {
-    let mut guard = Draining {
-        queue: queue.clone(),
-        finished: false,
-    };
-    loop {
-        // The queue is found empty and marked idle under one lock: a step queued just after
-        // sees `draining == false` and starts a new task, so none is left behind.
-        let steps = {
-            let mut q = lock(&queue.state);
-            if q.steps.is_empty() {
-                q.draining = false;
-                break;
-            }
-            std::mem::take(&mut q.steps)
-        };
-        if let Err(e) = queue.writer.write(steps).await {
-            let mut q = lock(&queue.state);
-            q.steps.clear();
-            q.failed = Some(e);
-            q.draining = false;
-            break;
-        }
-    }
-    guard.finished = true;
+    inner: Mutex<Inner>,
+    checkpoints: RunCheckpoints,
+    /// The run's runtime (test seams) and cancellation (a paused seam ends with the run).
+    rt: Rt,
+    cancel: CancellationToken,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -273,76 +114,51 @@ fn task_records(tasks: &[PendingTask]) -> Vec<TaskRecord> {
 }
 
 impl Observer {
+    /// The observer of one run. `durability` is how its checkpoints are written; runs
+    /// streaming `checkpoints` or `debug` events always write each one first, since those
+    /// events carry the new checkpoint's id.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
-        app: AppState,
+        rt: Rt,
         log: Arc<RunLog>,
         thread_id: String,
         run_id: String,
         modes: Modes,
         base_meta: JsonMap,
         parent_id: Option<String>,
+        durability: Durability,
+        cancel: CancellationToken,
     ) -> Observer {
-        let inner = Arc::new(Mutex::new(Inner {
+        let durability = if modes.checkpoints || modes.debug {
+            Durability::Sync
+        } else {
+            durability
+        };
+        let checkpoints = RunCheckpoints::new(
+            rt.store.clone(),
+            thread_id.clone(),
+            run_id.clone(),
             parent_id,
-            ..Default::default()
-        }));
-        let (store, tid, rid) = (app.store.clone(), thread_id.clone(), run_id.clone());
+            durability,
+        );
         Observer {
             log,
             thread_id,
             run_id,
             modes,
             base_meta,
-            inner: inner.clone(),
-            durability: Durability::Sync,
-            queue: Arc::new(WriteQueue {
-                writer: ChainWriter {
-                    store,
-                    inner,
-                    thread_id: tid,
-                    run_id: rid,
-                },
-                state: Mutex::new(Queued::default()),
-                stopped: watch::channel(0).0,
-            }),
+            inner: Mutex::new(Inner::default()),
+            checkpoints,
+            rt,
+            cancel,
         }
-    }
-
-    /// How this run writes its checkpoints. Runs streaming `checkpoints` or `debug` events
-    /// always write each one first, since those events carry the new checkpoint's id.
-    pub fn durability(mut self, durability: Durability) -> Observer {
-        self.durability = if self.modes.checkpoints || self.modes.debug {
-            Durability::Sync
-        } else {
-            durability
-        };
-        self
     }
 
     /// Waits for every queued checkpoint write; the first error among them, if any. The
     /// run's end calls this before it reads [`Observer::last`] or touches the run's
     /// checkpoints.
     pub async fn flush(&self) -> Result<(), String> {
-        let mut stopped = self.queue.stopped.subscribe();
-        {
-            // `durability: exit`: the run's checkpoints are written now, as one chain.
-            let mut q = lock(&self.queue.state);
-            if !q.steps.is_empty() && !q.draining {
-                q.draining = true;
-                tokio::spawn(drain(self.queue.clone()));
-            }
-        }
-        loop {
-            {
-                let q = lock(&self.queue.state);
-                if !q.draining {
-                    return q.failed.clone().map_or(Ok(()), Err);
-                }
-            }
-            if stopped.changed().await.is_err() {
-                return Ok(());
-            }
-        }
+        self.checkpoints.flush().await
     }
 
     pub fn modes(&self) -> Modes {
@@ -351,7 +167,7 @@ impl Observer {
 
     /// The last checkpoint this run wrote.
     pub fn last(&self) -> Option<LastCheckpoint> {
-        lock(&self.inner).last.clone()
+        self.checkpoints.last()
     }
 
     /// A run without input (`input: null`, a `command`, a recovered run) resumes from the
@@ -531,10 +347,12 @@ impl Observer {
 #[async_trait]
 impl RunObserver for Observer {
     async fn checkpoint(&self, cp: StepCheckpoint) -> Result<(), ObserverError> {
-        let mut metadata = self.base_meta.clone();
-        metadata.insert("source".into(), json!(cp.source.as_str()));
-        metadata.insert("step".into(), json!(cp.step));
-        metadata.insert("parents".into(), json!({}));
+        self.rt
+            .hooks
+            .reach(Point::Step, &self.run_id, &self.cancel)
+            .await
+            .map_err(ObserverError)?;
+        let metadata = crate::checkpoints::metadata(&self.base_meta, cp.source.as_str(), cp.step);
         let records = task_records(&cp.tasks);
         // LangGraph emits `values` only for supersteps that changed the state: the input
         // checkpoint, a fork copy and a `next`-only checkpoint carry no writes.
@@ -551,30 +369,14 @@ impl RunObserver for Observer {
             tasks: cp.tasks,
             records,
         };
-        if self.durability != Durability::Sync {
-            {
-                let mut q = lock(&self.queue.state);
-                // A queued write that failed fails the run now.
-                if let Some(e) = &q.failed {
-                    return Err(ObserverError(e.clone()));
-                }
-                q.steps.push(step);
-                if !q.draining && self.durability == Durability::Async {
-                    q.draining = true;
-                    tokio::spawn(drain(self.queue.clone()));
-                }
-            }
+        let Some((id, parent_id)) = self.checkpoints.submit(step).await.map_err(ObserverError)?
+        else {
+            // Queued (`async`/`exit`): events that carry its id are never asked for then.
             if self.modes.values && changed {
                 self.log.publish("values", to_bytes(&*cp.state));
             }
             return Ok(());
-        }
-        let (id, parent_id) = self
-            .queue
-            .writer
-            .write(vec![step])
-            .await
-            .map_err(ObserverError)?;
+        };
         if self.modes.values && changed {
             self.log.publish("values", to_bytes(&*cp.state));
         }

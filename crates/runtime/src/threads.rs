@@ -1,0 +1,272 @@
+//! Thread operations that are more than one store call: deleting a thread with its runs and
+//! files, writing a state update as a checkpoint, copying, and the sweeper that expires
+//! threads (TTL), store items and finished event logs.
+
+use crate::error::{Result, RuntimeError};
+use crate::graphs::LEAD_AGENT;
+use crate::runtime::{Rt, Runtime};
+use bytes::Bytes;
+use fawn_checkpoint::{
+    CancelAction, CancelTarget, NewCheckpoint, PruneStrategy, RunQuery, TaskRecord, Thread,
+    ThreadSummary,
+};
+use fawn_state::{StateUpdate, ThreadState};
+use serde_json::{Map, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Deletes a thread's files (`{home}/users/{user}/threads/{id}`).
+pub async fn delete_thread_files(rt: &Runtime, thread_id: &str) {
+    if !fawn_sandbox::valid_thread_id(thread_id) {
+        return;
+    }
+    let paths = fawn_sandbox::ThreadPaths::new(&rt.settings.home, &rt.user_id, thread_id);
+    match tokio::fs::remove_dir_all(&paths.thread_dir).await {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(%thread_id, error = %e, "deleting thread files failed"),
+    }
+}
+
+/// Cancels a thread's active runs, then deletes it with its runs, checkpoints and files.
+/// Returns false when it did not exist.
+pub async fn delete_thread(rt: &Rt, thread_id: &str) -> Result<bool> {
+    let runs = rt
+        .store
+        .list_runs(
+            thread_id,
+            &RunQuery {
+                limit: 1000,
+                offset: 0,
+                status: None,
+            },
+        )
+        .await
+        .unwrap_or_default();
+    let active: Vec<String> = runs
+        .iter()
+        .filter(|r| r.status.is_active())
+        .map(|r| r.run_id.clone())
+        .collect();
+    if !active.is_empty() {
+        let _ = crate::runs::cancel(
+            rt,
+            CancelTarget::Runs {
+                thread_id: Some(thread_id.to_string()),
+                run_ids: active.clone(),
+            },
+            CancelAction::Interrupt,
+        )
+        .await;
+        for id in &active {
+            if rt.queue.is_local(id) {
+                crate::runs::wait_terminal(rt, id, Duration::from_secs(5)).await;
+            }
+        }
+    }
+    let existed = rt
+        .store
+        .delete_thread(thread_id)
+        .await
+        .map_err(|e| RuntimeError::store("deleting the thread", e))?;
+    delete_thread_files(rt, thread_id).await;
+    Ok(existed)
+}
+
+/// Copies a thread (state, history, metadata) under a new id.
+pub async fn copy_thread(rt: &Runtime, thread_id: &str) -> Result<Thread> {
+    let new_id = uuid::Uuid::now_v7().to_string();
+    rt.store
+        .copy_thread(thread_id, &new_id)
+        .await
+        .map_err(|e| RuntimeError::store("copying the thread", e))
+}
+
+/// Prunes threads; with `delete` their files go too.
+pub async fn prune_threads(
+    rt: &Runtime,
+    thread_ids: &[String],
+    strategy: PruneStrategy,
+) -> Result<u64> {
+    let n = rt
+        .store
+        .prune_threads(thread_ids, strategy)
+        .await
+        .map_err(|e| RuntimeError::store("pruning threads", e))?;
+    if strategy == PruneStrategy::Delete {
+        for id in thread_ids {
+            delete_thread_files(rt, id).await;
+        }
+    }
+    Ok(n)
+}
+
+/// The graph a thread belongs to (`metadata.graph_id`; the lead agent when unset).
+fn thread_graph(rt: &Runtime, thread: &Thread) -> Result<Arc<dyn fawn_agent::GraphRunner>> {
+    let graph_id = thread
+        .metadata
+        .get("graph_id")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .or_else(|| {
+            rt.graphs
+                .contains(LEAD_AGENT)
+                .then(|| LEAD_AGENT.to_string())
+        });
+    let Some(graph_id) = graph_id else {
+        return Err(RuntimeError::rejected(format!(
+            "Thread '{}' has no assigned graph ID. This usually happens when no runs have been made on this thread. Please create a run first or set metadata.graph_id.",
+            thread.thread_id
+        )));
+    };
+    rt.graphs
+        .get(&graph_id)
+        .cloned()
+        .ok_or_else(|| RuntimeError::rejected(format!("Graph '{graph_id}' not found")))
+}
+
+/// Parses the `values` of a state update: one update or a list of them, each a state
+/// update with messages of known types.
+pub fn parse_update_values(values: Value) -> Result<Vec<StateUpdate>> {
+    let writes: Vec<StateUpdate> = match values {
+        Value::Null => Vec::new(),
+        Value::Array(items) => items
+            .into_iter()
+            .map(StateUpdate::from_value)
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| RuntimeError::invalid(format!("Invalid request body at `values`: {e}")))?,
+        v => vec![StateUpdate::from_value(v).map_err(|e| {
+            RuntimeError::invalid(format!("Invalid request body at `values`: {e}"))
+        })?],
+    };
+    for w in &writes {
+        crate::create::check_message_types(w)
+            .map_err(|e| RuntimeError::invalid(format!("Invalid request body at `values`: {e}")))?;
+    }
+    Ok(writes)
+}
+
+/// Writes a checkpoint with source `update` applying `values` as node `as_node` would, on top
+/// of `base` (`(ns, checkpoint_id)`; the latest when `None`); returns its id. The thread's
+/// summary follows it and watchers of the thread see the new values.
+pub async fn update_state(
+    rt: &Runtime,
+    thread: &Thread,
+    values: Value,
+    as_node: Option<String>,
+    base: Option<(String, String)>,
+) -> Result<String> {
+    let graph = thread_graph(rt, thread)?;
+    let (ns, base_id) = match &base {
+        Some((ns, id)) => (ns.clone(), Some(id.clone())),
+        None => (String::new(), None),
+    };
+    let base_cp = rt
+        .store
+        .get_checkpoint(&thread.thread_id, &ns, base_id.as_deref())
+        .await
+        .map_err(|e| RuntimeError::store("loading the state", e))?;
+    if let (Some(id), None) = (&base_id, &base_cp) {
+        return Err(RuntimeError::not_found(format!(
+            "Checkpoint {id} not found"
+        )));
+    }
+    let mut writes = parse_update_values(values)?;
+    let mut state: ThreadState = base_cp
+        .as_ref()
+        .map(|c| (*c.state).clone())
+        .unwrap_or_default();
+    state
+        .apply_writes(&mut writes)
+        .map_err(|e| RuntimeError::rejected(e.to_string()))?;
+    let next = graph
+        .next_after_update(as_node.as_deref(), &state)
+        .map_err(|e| RuntimeError::rejected(e.to_string()))?;
+    let step = base_cp
+        .as_ref()
+        .and_then(|c| c.metadata.get("step").and_then(Value::as_i64))
+        .map(|s| s + 1)
+        .unwrap_or(-1);
+    let node = as_node.unwrap_or_else(|| "__input__".to_string());
+    let metadata = crate::checkpoints::metadata(
+        &crate::checkpoints::update_base_metadata(thread),
+        "update",
+        step,
+    );
+    let tasks: Vec<TaskRecord> = next
+        .iter()
+        .map(|n| TaskRecord {
+            id: uuid::Uuid::new_v4().to_string(),
+            name: n.clone(),
+            interrupts: Vec::new(),
+            error: None,
+        })
+        .collect();
+    let state = Arc::new(state);
+    let id = rt
+        .store
+        .put_checkpoint(NewCheckpoint {
+            thread_id: thread.thread_id.clone(),
+            checkpoint_ns: ns,
+            parent_id: base_cp.as_ref().map(|c| c.checkpoint_id.clone()),
+            run_id: None,
+            metadata,
+            writes: writes.into_iter().map(|w| (node.clone(), w)).collect(),
+            state: state.clone(),
+            next: next.clone(),
+            tasks,
+        })
+        .await
+        .map_err(|e| RuntimeError::store("writing the state", e))?;
+    let values = serde_json::to_value(&*state).unwrap_or(Value::Null);
+    rt.store
+        .set_thread_summary(
+            &thread.thread_id,
+            ThreadSummary {
+                values: Some(values.clone()),
+                interrupts: Map::new(),
+                has_next: !next.is_empty(),
+                error: None,
+                metadata: Map::new(),
+                config: None,
+            },
+        )
+        .await
+        .map_err(|e| RuntimeError::store("updating the thread", e))?;
+    rt.broker.hub.publish(
+        &thread.thread_id,
+        crate::broker::ThreadItem::StateUpdate(Bytes::from(values.to_string())),
+    );
+    Ok(id)
+}
+
+/// Drops expired stream logs, expired threads (TTL) and expired store items.
+pub async fn sweeper(rt: Rt) {
+    let mut ticks: u64 = 0;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+            _ = rt.queue.stopping.cancelled() => return,
+        }
+        ticks += 1;
+        rt.broker.sweep();
+        if ticks.is_multiple_of(12) {
+            let now = chrono::Utc::now();
+            match rt.store.expired_threads(now, 100).await {
+                Ok(threads) => {
+                    for t in threads {
+                        let strategy = t.ttl.as_ref().map(|t| t.strategy).unwrap_or_default();
+                        let ids = [t.thread_id.clone()];
+                        if let Err(e) = prune_threads(&rt, &ids, strategy).await {
+                            tracing::warn!(thread_id = %t.thread_id, error = %e, "TTL sweep failed");
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "TTL sweep failed"),
+            }
+            if let Err(e) = rt.store.sweep_expired_items(now).await {
+                tracing::warn!(error = %e, "store TTL sweep failed");
+            }
+        }
+    }
+}
