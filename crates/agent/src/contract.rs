@@ -39,7 +39,8 @@
 //! When the run stops and the last checkpoint's `next` is no longer true (the final hooks
 //! were silent, or a breakpoint fired after a silent hook), one more `loop` checkpoint with
 //! **no writes** records the right `next` (`[]` when finished). A run from an older
-//! checkpoint (`StartPoint::is_fork`) first writes a `fork` copy of it. Nothing else is
+//! checkpoint (`StartPoint::is_fork`) with new input writes its `input` checkpoint under it;
+//! without input (a `command`, a resume) it first writes a `fork` copy of it. Nothing else is
 //! written: a run that cannot start (bad options, unknown agent) writes no checkpoint.
 //!
 //! LangGraph emits `values` only for supersteps that changed the state: a checkpoint with

@@ -316,7 +316,12 @@ impl LeadAgent {
                     stop_reason: None,
                 };
             }
-            Plan::Run { begin } => (begin, start.is_fork.then(|| start.next.clone())),
+            Plan::Run { begin } => {
+                // New input from an older checkpoint is an `input` checkpoint under it (as
+                // LangGraph writes it); only a run without input forks a copy first.
+                let copy = start.is_fork && !matches!(begin, Begin::Input { .. });
+                (begin, copy.then(|| start.next.clone()))
+            }
         };
         let known_sandbox = start
             .state

@@ -233,7 +233,10 @@ impl GraphRunner for MiniAgent {
             step: spec.start.step + 1,
             resume: spec.command.as_ref().and_then(|c| c.resume.clone()),
         };
+        // New input from an older checkpoint goes under it as an `input` checkpoint; only a
+        // run without input copies the fork point first.
         if spec.start.is_fork
+            && spec.input.is_none()
             && let Err(o) = ctx
                 .checkpoint(CheckpointSource::Fork, Vec::new(), next.clone(), Vec::new())
                 .await

@@ -37,7 +37,10 @@ def test_fork_a_run_from_a_checkpoint(client):
     assert after_one["checkpoint"]["checkpoint_id"] in chain
     assert old_head not in chain
     sources = [by_id[c]["metadata"]["source"] for c in chain]
-    assert "fork" in sources or sources.count("input") >= 2
+    # new input from an older checkpoint is an `input` checkpoint right under it (no `fork` copy)
+    assert "fork" not in sources and sources.count("input") >= 2
+    new_input = next(c for c in chain if by_id[c]["metadata"]["source"] == "input")
+    assert by_id[new_input]["parent_checkpoint"]["checkpoint_id"] == after_one["checkpoint"]["checkpoint_id"]
 
 
 def test_resume_from_a_finished_checkpoint_returns_its_state(client):

@@ -252,6 +252,32 @@ async fn recursion_limit_one_runs_the_model_then_fails() {
 }
 
 #[tokio::test]
+async fn new_input_from_an_older_checkpoint_is_an_input_checkpoint_not_a_fork() {
+    let model = scripted([ScriptedTurn::text("first"), ScriptedTurn::text("again")]);
+    let agent = AgentBuilder::new(model).build();
+    let (_, rec) = run(&agent, spec("one")).await;
+    // Re-run from the end of the first run with new input.
+    let c = rec.checkpoints().last().unwrap().clone();
+    let mut sp = follow_up(
+        &rec,
+        Some(json!({"messages": [{"role": "user", "content": "two"}]})),
+    );
+    sp.start = fawn_agent::StartPoint {
+        checkpoint_id: Some("ckpt-end".into()),
+        state: (*c.state).clone(),
+        next: c.next.clone(),
+        tasks: c.tasks.clone(),
+        step: c.step,
+        is_fork: true,
+    };
+    let (out, rec2) = run(&agent, sp).await;
+    ok(&out);
+    let summary = rec2.checkpoint_summary();
+    assert_eq!(summary[0].1, "input", "{summary:?}");
+    assert!(summary.iter().all(|(_, source, _)| *source != "fork"));
+}
+
+#[tokio::test]
 async fn a_run_from_an_older_checkpoint_starts_with_a_fork() {
     let model = scripted([ScriptedTurn::text("first"), ScriptedTurn::text("again")]);
     let agent = AgentBuilder::new(model).build();

@@ -815,11 +815,19 @@ async fn fork_from_an_older_checkpoint(db: Db) {
         .post_json(&format!("/threads/{tid}/history"), json!({"limit": 100}))
         .await;
     let hist2 = hist2.as_array().unwrap();
-    let fork = hist2
+    // New input from an older checkpoint: the run's first checkpoint is its `input`, under
+    // the fork point (langgraph-api writes no `fork` copy then).
+    assert!(
+        hist2.iter().all(|h| h["metadata"]["source"] != "fork"),
+        "{hist2:?}"
+    );
+    let input = hist2
         .iter()
-        .find(|h| h["metadata"]["source"] == "fork")
-        .expect("a fork checkpoint");
-    assert_eq!(fork["parent_checkpoint"]["checkpoint_id"], cid);
+        .find(|h| {
+            h["metadata"]["source"] == "input" && h["parent_checkpoint"]["checkpoint_id"] == cid
+        })
+        .expect("an input checkpoint under the fork point");
+    assert_eq!(input["next"], json!(["__start__"]));
     assert!(
         hist2.len() > hist.len(),
         "the old branch is still in the history"
