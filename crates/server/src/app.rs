@@ -184,11 +184,6 @@ impl AppHandle {
     pub fn crash(&self) {
         self.state.rt.crash();
     }
-
-    /// Makes the cron scheduler look for due crons now.
-    pub fn tick_crons(&self) {
-        self.state.rt.wake_crons();
-    }
 }
 
 impl Application {

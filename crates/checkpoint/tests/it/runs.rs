@@ -301,22 +301,23 @@ async fn concurrent_claimers_never_share_a_run(db: Arc<dyn Persistence>) {
     let running: Arc<Mutex<HashSet<String>>> = Arc::default();
     let claimed: Arc<Mutex<HashMap<String, String>>> = Arc::default();
     let order: Arc<Mutex<HashMap<String, Vec<String>>>> = Arc::default();
+    // Workers claim until every run has finished, however long other workers hold theirs.
+    let finished = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let total = expected.len();
     let mut tasks = Vec::new();
     for w in 0..12 {
         let db = db.clone();
         let running = running.clone();
         let claimed = claimed.clone();
         let order = order.clone();
+        let finished = finished.clone();
         tasks.push(tokio::spawn(async move {
             let worker = format!("worker-{w}");
-            let mut idle = 0;
-            while idle < 20 {
+            while finished.load(std::sync::atomic::Ordering::SeqCst) < total {
                 let Some(run) = db.claim_next_run(&worker, LEASE).await.unwrap() else {
-                    idle += 1;
-                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    tokio::task::yield_now().await;
                     continue;
                 };
-                idle = 0;
                 assert!(
                     running.lock().unwrap().insert(run.thread_id.clone()),
                     "two runs running on thread {}",
@@ -338,6 +339,7 @@ async fn concurrent_claimers_never_share_a_run(db: Arc<dyn Persistence>) {
                 db.finish_run(&run.run_id, &worker, success())
                     .await
                     .unwrap();
+                finished.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             }
         }));
     }

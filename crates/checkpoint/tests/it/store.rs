@@ -43,7 +43,7 @@ async fn store_items_crud_and_search(db: Arc<dyn Persistence>) {
     assert_eq!(first.key, "prefs");
     assert_eq!(first.value, obj(json!({"theme": "dark", "n": 1})));
     assert_eq!(first.expires_at, None);
-    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    clock_passes(first.updated_at).await;
     put(&db, &["users", "u1"], "prefs", json!({"theme": "light"})).await;
     let second = db
         .get_item(&ns(&["users", "u1"]), "prefs", false)
@@ -231,7 +231,7 @@ async fn store_ttl(db: Arc<dyn Persistence>) {
         .unwrap();
     let expires = item.expires_at.unwrap();
     assert_eq!((expires - item.updated_at).num_minutes(), 60);
-    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    clock_passes(item.updated_at).await;
     let refreshed = db
         .get_item(&ns(&["mem"]), "long", true)
         .await
@@ -261,7 +261,12 @@ async fn store_ttl(db: Arc<dyn Persistence>) {
     .await
     .unwrap();
     put(&db, &["mem"], "forever", json!({"v": 3})).await;
-    tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    let short = db
+        .get_item(&ns(&["mem"]), "short", false)
+        .await
+        .unwrap()
+        .unwrap();
+    clock_passes(short.expires_at.unwrap()).await;
     assert_eq!(
         db.get_item(&ns(&["mem"]), "short", true).await.unwrap(),
         None,
@@ -305,4 +310,12 @@ async fn store_ttl(db: Arc<dyn Persistence>) {
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::Invalid(_)));
+}
+
+/// Waits until the wall clock is past `t` (timestamps are the store's own `now()`): a
+/// condition, not a guess at how long that takes.
+async fn clock_passes(t: chrono::DateTime<chrono::Utc>) {
+    while chrono::Utc::now() <= t {
+        tokio::task::yield_now().await;
+    }
 }

@@ -59,30 +59,19 @@ async fn crons_fire_on_schedule(db: Db) {
     let next =
         chrono::DateTime::parse_from_rfc3339(cron["next_run_date"].as_str().unwrap()).unwrap();
     assert!(next > clock.now() && next <= clock.now() + chrono::Duration::seconds(60));
-    // Not due yet: nothing happens.
-    app.handle.tick_crons();
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // Not due yet: nothing happens. (The scheduler's own interval is an hour: only these
+    // explicit ticks fire anything.)
+    assert_eq!(app.tick_crons().await, 0);
     let (_, runs) = app.get_json(&format!("/threads/{tid}/runs")).await;
     assert_eq!(runs.as_array().unwrap().len(), 0);
-    // A minute later it fires once.
+    // A minute later it fires once; its run exists when the tick returns.
     clock.advance(61);
-    app.handle.tick_crons();
-    app.eventually("the cron created a run", || async {
-        app.get_json(&format!("/threads/{tid}/runs"))
-            .await
-            .1
-            .as_array()
-            .unwrap()
-            .len()
-            == 1
-    })
-    .await;
+    assert_eq!(app.tick_crons().await, 1);
     let (_, runs) = app.get_json(&format!("/threads/{tid}/runs")).await;
     let rid = runs[0]["run_id"].as_str().unwrap().to_string();
     assert_eq!(runs[0]["metadata"]["cron_id"], cron_id.as_str());
     assert_eq!(app.wait_run(&tid, &rid).await["status"], "success");
-    app.handle.tick_crons();
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(app.tick_crons().await, 0, "a tick fires once");
     let (_, runs) = app.get_json(&format!("/threads/{tid}/runs")).await;
     assert_eq!(runs.as_array().unwrap().len(), 1, "a tick fires once");
     let (_, c) = app.get_json(&format!("/runs/crons/{cron_id}")).await;
@@ -95,8 +84,7 @@ async fn crons_fire_on_schedule(db: Db) {
     assert_eq!(s, 200, "{c}");
     assert_eq!(c["enabled"], false);
     clock.advance(120);
-    app.handle.tick_crons();
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(app.tick_crons().await, 0, "a disabled cron does not fire");
     let (_, runs) = app.get_json(&format!("/threads/{tid}/runs")).await;
     assert_eq!(runs.as_array().unwrap().len(), 1);
     let (s, _) = app
@@ -116,8 +104,8 @@ async fn crons_fire_on_schedule(db: Db) {
     assert_eq!(sc["on_run_completed"], "keep");
     assert_eq!(sc["thread_id"], Value::Null);
     clock.advance(301);
-    app.handle.tick_crons();
-    app.eventually("the stateless cron made a thread", || async {
+    assert_eq!(app.tick_crons().await, 1);
+    app.eventually("the stateless cron's run finished", || async {
         let (_, n) = app
             .post_json("/threads/count", json!({"status": "idle"}))
             .await;

@@ -243,6 +243,16 @@ pub async fn spawn_app(db: Db) -> Option<TestApp> {
 }
 
 impl TestApp {
+    /// The runtime's test seams: pause a run at a named point, or make it fail there.
+    pub fn hooks(&self) -> &fawn_runtime::hooks::Hooks {
+        &self.handle.state.rt.hooks
+    }
+
+    /// Fires the crons due now (by the app's clock); returns how many fired.
+    pub async fn tick_crons(&self) -> usize {
+        fawn_runtime::crons::tick(&self.handle.state.rt).await
+    }
+
     pub fn u(&self, path: &str) -> String {
         format!("{}{}", self.url, path)
     }

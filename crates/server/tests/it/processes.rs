@@ -2,6 +2,7 @@
 
 use crate::helpers::*;
 use crate::sse_reader::SseReader;
+use fawn_runtime::hooks::Point;
 use fawn_testkit::Turn;
 use serde_json::json;
 use std::sync::Arc;
@@ -100,8 +101,10 @@ async fn shutdown_releases_runs_to_the_next_process(db: Db) {
         return;
     };
     let mock = first.mock.clone();
-    mock.push(Turn::tool_call("sleep", json!({"ms": 5000})));
+    mock.push(Turn::tool_call("get_weather", json!({"city": "Rome"})));
     mock.push(Turn::text("finished elsewhere"));
+    // The run waits after its tool ran; the shutdown comes then (and releases the wait).
+    let mut tools_step = first.hooks().pause(Point::Step, 3);
     let tid = first.create_thread().await;
     let (_, run) = first
         .post_json(
@@ -110,8 +113,9 @@ async fn shutdown_releases_runs_to_the_next_process(db: Db) {
         )
         .await;
     let rid = run["run_id"].as_str().unwrap().to_string();
+    assert_eq!(tools_step.reached().await, rid);
     first
-        .eventually("the tool is sleeping", || async {
+        .eventually("the agent step is stored", || async {
             let (_, h) = first
                 .post_json(&format!("/threads/{tid}/history"), json!({}))
                 .await;

@@ -3,6 +3,7 @@
 
 use crate::helpers::*;
 use crate::sse_reader::SseReader;
+use fawn_runtime::hooks::Point;
 use fawn_testkit::Turn;
 use serde_json::json;
 use std::sync::Arc;
@@ -30,8 +31,11 @@ async fn a_run_survives_a_crash(db: Db) {
         return;
     };
     let mock = first.mock.clone();
-    mock.push(Turn::tool_call("sleep", json!({"ms": 1500})));
+    mock.push(Turn::tool_call("get_weather", json!({"city": "Oslo"})));
     mock.push(Turn::text("Done after the crash."));
+    // The run stops after its tool ran, before the tools step is stored: the crash comes
+    // there.
+    let mut tools_step = first.hooks().pause(Point::Step, 3);
     let tid = first.create_thread().await;
     let r = first
         .post(
@@ -48,7 +52,9 @@ async fn a_run_survives_a_crash(db: Db) {
         .unwrap()
         .to_string();
     let mut reader = SseReader::new(r);
-    // metadata, values(input), updates(agent), values(after agent): the tool is sleeping.
+    assert_eq!(tools_step.reached().await, rid);
+    // metadata, values(input), updates(agent), values(after agent); the tool's result is
+    // not stored.
     let mut last_id = String::new();
     for _ in 0..4 {
         let e = reader.next(Duration::from_secs(10)).await.unwrap();
@@ -66,6 +72,7 @@ async fn a_run_survives_a_crash(db: Db) {
         })
         .await;
     first.crash();
+    drop(tools_step);
 
     let second = spawn_with(Spawn {
         tweak: Some(options(db)),
@@ -92,12 +99,13 @@ async fn a_run_survives_a_crash(db: Db) {
     assert_eq!(last.event, "values");
     let msgs = last.data["messages"].as_array().unwrap();
     assert_eq!(msgs.len(), 4, "{last:?}");
-    assert_eq!(msgs[2]["content"], "slept 1500 ms");
+    assert_eq!(msgs[2]["content"], "It is sunny in Oslo.");
     assert_eq!(msgs[3]["content"], "Done after the crash.");
     let run = second.wait_run(&tid, &rid).await;
     assert_eq!(run["status"], "success", "{run}");
     assert_eq!(run["attempt"], 2);
-    // Resumed from the last checkpoint: the first model call was not made again.
+    // Resumed from the last stored checkpoint (the agent's, which scheduled the tool): the
+    // first model call was not made again.
     assert_eq!(mock.chat_requests().len(), 2);
     let (_, hist) = second
         .post_json(&format!("/threads/{tid}/history"), json!({"limit": 10}))

@@ -4,6 +4,7 @@
 
 use crate::helpers::*;
 use crate::sse_reader::SseReader;
+use fawn_runtime::hooks::Point;
 use fawn_testkit::Turn;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -827,7 +828,7 @@ async fn fork_from_an_older_checkpoint(db: Db) {
             h["metadata"]["source"] == "input" && h["parent_checkpoint"]["checkpoint_id"] == cid
         })
         .expect("an input checkpoint under the fork point");
-    assert_eq!(input["next"], json!(["__start__"]));
+    assert_eq!(input["next"], json!(["agent"]));
     assert!(
         hist2.len() > hist.len(),
         "the old branch is still in the history"
@@ -1064,6 +1065,8 @@ async fn after_seconds_delays_the_start(db: Db) {
         return;
     };
     let tid = app.create_thread().await;
+    let mut claimed = app.hooks().pause(Point::Claimed, 1);
+    let asked = Instant::now();
     let (s, run) = app
         .post_json(
             &format!("/threads/{tid}/runs"),
@@ -1072,11 +1075,18 @@ async fn after_seconds_delays_the_start(db: Db) {
         .await;
     assert_eq!(s, 200);
     let rid = run["run_id"].as_str().unwrap();
-    tokio::time::sleep(Duration::from_millis(400)).await;
     let (_, r) = app.get_json(&format!("/threads/{tid}/runs/{rid}")).await;
     assert_eq!(r["status"], "pending");
     let (_, t) = app.get_json(&format!("/threads/{tid}")).await;
     assert_eq!(t["status"], "busy");
+    // No worker claims it before its time.
+    assert_eq!(claimed.reached().await, rid);
+    assert!(
+        asked.elapsed() >= Duration::from_secs(1),
+        "claimed {:?} after it was asked for",
+        asked.elapsed()
+    );
+    claimed.resume();
     assert_eq!(app.wait_run(&tid, rid).await["status"], "success");
     app.stop().await;
 }
@@ -1164,9 +1174,11 @@ async fn a_checkpoint_that_cannot_be_written_fails_the_run(db: Db) {
         return;
     };
     let tid = app.create_thread().await;
-    // The trigger goes in while the tool sleeps: long enough for a slow machine.
+    // The run waits after its tool ran (the 3rd step: input, agent, tools) until the
+    // trigger is in.
+    let mut tools_step = app.hooks().pause(Point::Step, 3);
     app.mock
-        .push(Turn::tool_call("sleep", json!({"ms": 2000})))
+        .push(Turn::tool_call("get_weather", json!({"city": "Paris"})))
         .push(Turn::text("done"));
     let (s, run) = app
         .post_json(
@@ -1176,7 +1188,8 @@ async fn a_checkpoint_that_cannot_be_written_fails_the_run(db: Db) {
         .await;
     assert_eq!(s, 200, "{run}");
     let rid = run["run_id"].as_str().unwrap().to_string();
-    // The model's answer is stored (the checkpoint that schedules `tools`): the tool sleeps.
+    assert_eq!(tools_step.reached().await, rid);
+    // The model's answer is stored (the checkpoint that schedules `tools`).
     app.eventually("the agent step is stored", || async {
         let (_, h) = app
             .post_json(&format!("/threads/{tid}/history"), json!({"limit": 100}))
@@ -1203,6 +1216,7 @@ async fn a_checkpoint_that_cannot_be_written_fails_the_run(db: Db) {
         }
     };
     app.db.exec(fail).await;
+    tools_step.resume();
     let r = app.wait_run(&tid, &rid).await;
     assert_eq!(r["status"], "error", "{r}");
     let (s, v) = app
@@ -1381,9 +1395,10 @@ async fn durability_exit_writes_when_the_run_ends(db: Db) {
         return;
     };
     let tid = app.create_thread().await;
-    // The tool sleeps long enough that a slow machine still looks while it runs.
+    // The run waits when its graph is done, before its end writes anything.
+    let mut before_finish = app.hooks().pause(Point::BeforeFinish, 1);
     app.mock
-        .push(Turn::tool_call("sleep", json!({"ms": 3000})))
+        .push(Turn::tool_call("get_weather", json!({"city": "Paris"})))
         .push(Turn::text("done"));
     let (s, run) = app
         .post_json(
@@ -1394,18 +1409,16 @@ async fn durability_exit_writes_when_the_run_ends(db: Db) {
         .await;
     assert_eq!(s, 200, "{run}");
     let rid = run["run_id"].as_str().unwrap().to_string();
-    // The model answered and the tool sleeps. An async run's checkpoints would be stored
-    // within milliseconds; give them far longer, then look.
-    app.eventually("the model was called", || async {
-        app.mock.chat_requests().len() == 1
-    })
-    .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Every step ran (both model calls): under `async` all its checkpoints would be
+    // stored or queued by now; under `exit` none is.
+    assert_eq!(before_finish.reached().await, rid);
+    assert_eq!(app.mock.chat_requests().len(), 2);
     let (s, history) = app
         .post_json(&format!("/threads/{tid}/history"), json!({"limit": 100}))
         .await;
     assert_eq!(s, 200, "{history}");
     assert_eq!(history, json!([]), "nothing is stored before the run ends");
+    before_finish.resume();
     let r = app.wait_run(&tid, &rid).await;
     assert_eq!(r["status"], "success", "{r}");
     let (_, history) = app
