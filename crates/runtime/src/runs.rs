@@ -891,6 +891,29 @@ pub async fn cancel(rt: &Rt, target: CancelTarget, action: CancelAction) -> Resu
     Ok(matched)
 }
 
+/// Deletes a run: an active one is cancelled first (and waited for up to 5 s), then the
+/// run and its event log go.
+pub async fn delete_run(rt: &Rt, run: &Run) -> Result<()> {
+    if run.status.is_active() {
+        let _ = cancel(
+            rt,
+            CancelTarget::Runs {
+                thread_id: Some(run.thread_id.clone()),
+                run_ids: vec![run.run_id.clone()],
+            },
+            CancelAction::Interrupt,
+        )
+        .await;
+        wait_terminal(rt, &run.run_id, Duration::from_secs(5)).await;
+    }
+    rt.store
+        .delete_run(&run.run_id)
+        .await
+        .map_err(|e| RuntimeError::store("deleting the run", e))?;
+    rt.broker.remove(&run.run_id);
+    Ok(())
+}
+
 /// Waits until a run is no longer pending/running (or `timeout` passes).
 pub async fn wait_terminal(rt: &Rt, run_id: &str, timeout: Duration) {
     let deadline = tokio::time::Instant::now() + timeout;

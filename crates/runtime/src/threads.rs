@@ -240,6 +240,27 @@ pub async fn update_state(
     Ok(id)
 }
 
+/// Merges `metadata` into the metadata of the thread's latest checkpoint
+/// (`PATCH /threads/{id}/state`).
+pub async fn patch_state_metadata(
+    rt: &Runtime,
+    thread_id: &str,
+    metadata: &fawn_checkpoint::JsonMap,
+) -> Result<()> {
+    let cp = rt
+        .store
+        .get_checkpoint(thread_id, "", None)
+        .await
+        .map_err(|e| RuntimeError::store("loading the state", e))?
+        .ok_or_else(|| {
+            RuntimeError::not_found(format!("Thread {thread_id} has no state to patch"))
+        })?;
+    rt.store
+        .patch_checkpoint_metadata(thread_id, &cp.checkpoint_id, metadata)
+        .await
+        .map_err(|e| RuntimeError::store("patching the state", e))
+}
+
 /// Drops expired stream logs, expired threads (TTL) and expired store items.
 pub async fn sweeper(rt: Rt) {
     let mut ticks: u64 = 0;

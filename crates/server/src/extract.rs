@@ -288,6 +288,21 @@ pub fn header_str<'a>(headers: &'a axum::http::HeaderMap, name: &str) -> Option<
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
+/// The request headers a run copies into its `configurable` (see
+/// [`fawn_runtime::create::header_goes_to_config`]).
+pub fn config_headers(headers: &axum::http::HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .filter(|(name, _)| fawn_runtime::create::header_goes_to_config(name.as_str()))
+        .filter_map(|(name, value)| {
+            value
+                .to_str()
+                .ok()
+                .map(|v| (name.as_str().to_string(), v.to_string()))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,19 +350,4 @@ mod tests {
             "6ba7b821-9dad-11d1-80b4-00c04fd430c8"
         );
     }
-}
-
-/// The request headers a run copies into its `configurable` (see
-/// [`fawn_runtime::create::header_goes_to_config`]).
-pub fn config_headers(headers: &axum::http::HeaderMap) -> Vec<(String, String)> {
-    headers
-        .iter()
-        .filter(|(name, _)| fawn_runtime::create::header_goes_to_config(name.as_str()))
-        .filter_map(|(name, value)| {
-            value
-                .to_str()
-                .ok()
-                .map(|v| (name.as_str().to_string(), v.to_string()))
-        })
-        .collect()
 }

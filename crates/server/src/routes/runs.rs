@@ -414,23 +414,7 @@ pub async fn delete(
     let tid = uuid_param("thread", &tid)?;
     let rid = uuid_param("run", &rid)?;
     let r = load_run(&app, &tid, &rid).await?;
-    if r.status.is_active() {
-        let _ = fawn_runtime::runs::cancel(
-            &app.rt,
-            CancelTarget::Runs {
-                thread_id: Some(tid.clone()),
-                run_ids: vec![rid.clone()],
-            },
-            CancelAction::Interrupt,
-        )
-        .await;
-        fawn_runtime::runs::wait_terminal(&app.rt, &rid, Duration::from_secs(5)).await;
-    }
-    app.store
-        .delete_run(&rid)
-        .await
-        .map_err(|e| ApiError::store("deleting the run", e))?;
-    app.broker.remove(&rid);
+    fawn_runtime::runs::delete_run(&app.rt, &r).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

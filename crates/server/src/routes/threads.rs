@@ -577,16 +577,7 @@ pub async fn patch_state(
 ) -> ApiResult<Response> {
     let id = uuid_param("thread", &id)?;
     load_thread(&app, &id).await?;
-    let cp = app
-        .store
-        .get_checkpoint(&id, "", None)
-        .await
-        .map_err(|e| ApiError::store("loading the state", e))?
-        .ok_or_else(|| ApiError::not_found(format!("Thread {id} has no state to patch")))?;
-    app.store
-        .patch_checkpoint_metadata(&id, &cp.checkpoint_id, &b.metadata)
-        .await
-        .map_err(|e| ApiError::store("patching the state", e))?;
+    fawn_runtime::threads::patch_state_metadata(&app, &id, &b.metadata).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

@@ -1200,7 +1200,7 @@ async fn a_checkpoint_that_cannot_be_written_fails_the_run(db: Db) {
     let (_, before) = app
         .post_json(&format!("/threads/{tid}/history"), json!({"limit": 100}))
         .await;
-    // While the tool sleeps, checkpoints can no longer be inserted.
+    // While the run waits, checkpoints can no longer be inserted.
     let fail = match db {
         Db::Sqlite => {
             "CREATE TRIGGER fail_checkpoints BEFORE INSERT ON checkpoints \
