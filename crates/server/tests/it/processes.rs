@@ -8,9 +8,11 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Processes sharing Postgres reap only expired leases (3 s: a loaded machine's heartbeats
+/// at lease/3 still keep them).
 fn short_lease() -> Tweak {
     Box::new(|o| {
-        o.queue.lease = Duration::from_millis(900);
+        o.queue.lease = Duration::from_secs(3);
         o.recover_all_on_startup = Some(false);
     })
 }
@@ -19,16 +21,27 @@ fn short_lease() -> Tweak {
 /// the other through its heartbeat, and a join on the other process ends with the run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_share_postgres() {
+    // Leases long enough that a loaded machine's heartbeats keep them; cancels still reach
+    // the executing process at its next heartbeat (lease/3).
+    let lease = |o: &mut fawn_server::AppOptions| {
+        o.queue.lease = Duration::from_secs(3);
+        o.recover_all_on_startup = Some(false);
+    };
     let Some(a) = spawn_with(Spawn {
-        tweak: Some(short_lease()),
+        tweak: Some(Box::new(lease)),
         ..Spawn::new(Db::Postgres)
     })
     .await
     else {
         return;
     };
+    // B never polls for runs (it claims only what it creates): the run below executes on A
+    // however slow A is to claim it.
     let b = spawn_with(Spawn {
-        tweak: Some(short_lease()),
+        tweak: Some(Box::new(move |o| {
+            lease(o);
+            o.queue.poll_interval = Duration::from_secs(3600);
+        })),
         mock: Some(Arc::clone(&a.mock)),
         existing_db: Some(a.db.clone()),
         ..Spawn::new(Db::Postgres)
@@ -36,7 +49,8 @@ async fn two_processes_share_postgres() {
     .await
     .unwrap();
     let tid = a.create_thread().await;
-    let text: String = (0..400).map(|i| format!("w{i} ")).collect();
+    // 40 s of tokens: the stream ends early only if the cancel stops it.
+    let text: String = (0..2000).map(|i| format!("w{i} ")).collect();
     a.mock
         .push(Turn::text(text).with_chunk_delay(Duration::from_millis(20)));
     // Streamed on A, so it executes on A.
@@ -78,7 +92,7 @@ async fn two_processes_share_postgres() {
     assert_eq!(run["status"], "interrupted", "{run}");
     assert!(
         a.mock
-            .wait_until(Duration::from_secs(2), |m| m.streams_aborted() == 1)
+            .wait_until(Duration::from_secs(20), |m| m.streams_aborted() == 1)
             .await
     );
     // A's stream ends; B's join ends too (it polls the run at heartbeats).
