@@ -14,8 +14,9 @@
 //!   by `DEER_FLOW_MCP_STDIO_COMMAND_ALLOWLIST` / `FAWN_MCP_STDIO_COMMAND_ALLOWLIST`,
 //!   comma-separated): a bare executable name, no inline-code flags (`-c`, `--call`, `-e`,
 //!   `--eval`, `-p`, `--print`, `-r`, `--require`, `--import`) before the package argument,
-//!   and no environment variable that injects code (`NODE_OPTIONS`, `PYTHONPATH`,
-//!   `LD_PRELOAD`, …) — 400 otherwise. The result must pass the configuration loader
+//!   and no environment variable that makes a launcher run other code (`npm_config_*`,
+//!   `NODE_*`, `PYTHON*`, `UV_*`, `LD_*`, `PATH`, `HOME`, …; see
+//!   `fawn_tools::mcp::launch`) — 400 otherwise. The result must pass the configuration loader
 //!   (422 with every problem otherwise) and is written atomically; the next run uses it.
 //! * **PATCH** `{server_name, enabled}` toggles one server.
 //! * **POST /api/mcp/cache/reset** closes every MCP session; the next run reconnects.
@@ -55,22 +56,6 @@ const CODE_FLAGS: [&str; 9] = [
     "--import",
 ];
 /// Environment variables that make a launcher load other code.
-const CODE_ENV: [&str; 14] = [
-    "NODE_OPTIONS",
-    "NODE_PATH",
-    "NPM_CONFIG_NODE_OPTIONS",
-    "PYTHONPATH",
-    "PYTHONSTARTUP",
-    "PYTHONHOME",
-    "PYTHONINSPECT",
-    "LD_PRELOAD",
-    "LD_LIBRARY_PATH",
-    "DYLD_INSERT_LIBRARIES",
-    "DYLD_LIBRARY_PATH",
-    "BASH_ENV",
-    "PERL5OPT",
-    "RUBYOPT",
-];
 const SHELL_METACHARS: [char; 9] = [';', '|', '&', '`', '$', '<', '>', '\n', '\r'];
 
 /// Keys of a server entry Fawn understands (others are masked by name only).
@@ -493,14 +478,16 @@ pub fn check_stdio(name: &str, server: &Map<String, Value>, allowed: &[String]) 
             }
         }
     }
-    if let Some(Value::Object(env)) = server.get("env") {
-        for k in env.keys() {
-            if CODE_ENV.iter().any(|c| c.eq_ignore_ascii_case(k)) {
-                return bad(format!(
-                    "the environment variable '{k}' can inject code and is not allowed"
-                ));
+    match server.get("env") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(env)) => {
+            for k in env.keys() {
+                if let Some(why) = fawn_tools::mcp::launch::env_key_refusal(k) {
+                    return bad(format!("the environment variable '{k}' {why}"));
+                }
             }
         }
+        Some(_) => return bad("env must be an object of strings".into()),
     }
     Ok(())
 }
@@ -721,6 +708,13 @@ mod tests {
             json!({"command": "npx", "args": ["--call=id"]}),
             json!({"command": "uvx", "env": {"PYTHONPATH": "/tmp"}}),
             json!({"command": "npx", "env": {"node_options": "--require x"}}),
+            // The exploit: npm runs `npm_config_call` as a shell command.
+            json!({"command": "npx", "args": ["-y", "some-mcp"],
+                   "env": {"npm_config_call": "touch /tmp/owned"}}),
+            json!({"command": "uvx", "env": {"UV_CONFIG_FILE": "/tmp/uv.toml"}}),
+            json!({"command": "npx", "env": {"PATH": "/tmp/evil:/usr/bin"}}),
+            json!({"command": "npx", "env": {"HOME": "/tmp/evil"}}),
+            json!({"command": "npx", "env": "NODE_OPTIONS=x"}),
             json!({"args": []}),
         ] {
             assert_eq!(ok(bad.clone()).unwrap_err().status, 400, "{bad}");

@@ -883,6 +883,16 @@ async fn mcp_config_masks_secrets_and_validates_writes() {
             "PYTHONPATH",
         ),
         (
+            // The exploit: npm runs `npm_config_call` as a shell command on the host.
+            bad(
+                "new",
+                json!({"command": "npx", "args": ["-y", "some-mcp"],
+                       "env": {"npm_config_call": "touch /tmp/fawn-owned"}}),
+            ),
+            400,
+            "'npm_config_call' can make the launcher run other code",
+        ),
+        (
             bad(
                 "new",
                 json!({"type": "http", "url": "http://x/mcp", "headers": {"Authorization": "***"}}),

@@ -256,6 +256,13 @@ async fn stdio(
         .map(str::trim)
         .filter(|c| !c.is_empty())
         .ok_or("a stdio server needs a command")?;
+    for key in cfg.env.keys() {
+        if let Some(why) = super::launch::env_key_refusal(key) {
+            return Err(format!(
+                "the environment variable '{key}' {why}; remove it from the server's env"
+            ));
+        }
+    }
     let mut cmd = tokio::process::Command::new(command);
     cmd.args(&cfg.args).env_clear();
     for var in STDIO_PASSTHROUGH_ENV {

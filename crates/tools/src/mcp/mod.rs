@@ -38,6 +38,7 @@
 //! process-wide), deferred tool loading (`tool_search`), routing hints and durable MCP tasks.
 
 mod connect;
+pub mod launch;
 mod oauth;
 mod redact;
 mod sse;

@@ -790,6 +790,31 @@ async fn servers_that_fail_to_start_do_not_break_the_others() {
 }
 
 #[tokio::test]
+async fn a_server_whose_env_makes_its_launcher_run_code_is_not_started() {
+    // A configuration planted before the API refused it (or written by hand): the start is
+    // refused, so the variable never reaches the launcher.
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("owned");
+    let script = format!("touch {}", marker.display());
+    let m = manager(vec![(
+        "planted",
+        bash_cfg(
+            &script,
+            &[
+                ("npm_config_call", "touch /tmp/fawn-owned"),
+                ("API_KEY", "k"),
+            ],
+        ),
+    )]);
+    assert!(names(&tools(&m).await).is_empty());
+    let status = status_of(&m, "planted").await;
+    assert_eq!(status.state, McpServerState::Failed);
+    let err = status.error.unwrap();
+    assert!(err.contains("'npm_config_call'"), "{err}");
+    assert!(!marker.exists(), "the server process was not started");
+}
+
+#[tokio::test]
 async fn stdio_env_is_scrubbed_and_cwd_configurable() {
     // Cargo sets this for the test process: a stand-in for a secret in Fawn's environment.
     assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
