@@ -113,6 +113,9 @@ def child_env(extra: dict[str, str]) -> dict[str, str]:
     }
     # (the mock model does not support thinking: one warning per run otherwise)
     env.setdefault("RUST_LOG", "info,fawn_agent::options=error")
+    # The webhook test's receiver listens on loopback, which the SSRF guard refuses unless
+    # it is allowed by name.
+    env.setdefault("FAWN_WEBHOOK_ALLOWED_HOSTS", "127.0.0.1")
     env["NO_COLOR"] = "1"
     env.update(extra)
     return env

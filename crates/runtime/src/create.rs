@@ -432,7 +432,7 @@ pub async fn prepare_run(
     };
     let webhook = match present(&body.webhook) {
         None => None,
-        Some(Value::String(s)) => Some(crate::webhook::validate_url(s)?),
+        Some(Value::String(s)) => Some(rt.webhook_policy.validate_url(s)?),
         Some(_) => {
             return Err(RuntimeError::invalid(
                 "Invalid request body at `webhook`: must be a URL string",

@@ -4,7 +4,7 @@
 //! Compiled only for tests (`#[cfg(test)]` or the `test-hooks` feature). Without them,
 //! [`Hooks::reach`] is an empty inline function and the seams cost nothing.
 //!
-//! ```ignore
+//! ```text
 //! let mut paused = rt.hooks.pause(Point::Step, 3);      // the 3rd step handed over from now
 //! create_the_run().await;
 //! let run_id = paused.reached().await;                  // the run is waiting there

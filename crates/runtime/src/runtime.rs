@@ -8,6 +8,7 @@ use crate::graphs::{Graphs, system_assistant_id};
 use crate::hooks::Hooks;
 use crate::runs::{Queue, QueueConfig};
 use crate::services::Services;
+use crate::webhook::{WebhookClients, WebhookPolicy};
 use chrono::{DateTime, Utc};
 use fawn_checkpoint::{Assistant, BackendConfig, IfExists, NewAssistant, Persistence};
 use fawn_config::Settings;
@@ -43,6 +44,8 @@ pub struct RuntimeOptions {
     pub user_id: String,
     /// Where this process serves HTTP: webhooks given as `/path` are sent there.
     pub local_addr: Option<SocketAddr>,
+    /// Internal webhook receivers trusted despite the SSRF guard.
+    pub webhook_policy: WebhookPolicy,
 }
 
 impl Default for RuntimeOptions {
@@ -58,6 +61,7 @@ impl Default for RuntimeOptions {
             recover_all_on_startup: None,
             user_id: "default".into(),
             local_addr: None,
+            webhook_policy: WebhookPolicy::from_env(),
         }
     }
 }
@@ -99,7 +103,8 @@ pub struct Runtime {
     pub models: ModelRegistry,
     pub broker: Broker,
     pub queue: Queue,
-    pub webhook_client: reqwest::Client,
+    pub webhooks: WebhookClients,
+    pub webhook_policy: WebhookPolicy,
     pub demo: Option<DemoInfo>,
     pub user_id: String,
     pub cron_interval: Duration,
@@ -254,12 +259,8 @@ impl Runtime {
         let recover_all = options
             .recover_all_on_startup
             .unwrap_or(matches!(backend, BackendConfig::Sqlite { .. }));
-        let webhook_client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| BuildError::Other(format!("webhook client: {e}")))?;
+        let webhooks =
+            WebhookClients::new().map_err(|e| BuildError::Other(format!("webhook client: {e}")))?;
         let rt = Arc::new(Runtime {
             settings,
             store,
@@ -267,7 +268,8 @@ impl Runtime {
             models,
             broker: Broker::new(options.broker.clone()),
             queue: Queue::new(options.queue.clone()),
-            webhook_client,
+            webhooks,
+            webhook_policy: options.webhook_policy.clone(),
             demo,
             user_id: options.user_id.clone(),
             cron_interval: options.cron_interval,

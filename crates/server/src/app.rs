@@ -49,6 +49,9 @@ pub struct AppOptions {
     pub recover_all_on_startup: Option<bool>,
     /// Thread files live under `{home}/users/{user_id}/threads/{id}`.
     pub user_id: String,
+    /// Internal webhook receivers trusted despite the SSRF guard
+    /// (`FAWN_WEBHOOK_ALLOWED_HOSTS`).
+    pub webhook_policy: fawn_runtime::webhook::WebhookPolicy,
 }
 
 impl std::fmt::Debug for AppOptions {
@@ -79,6 +82,7 @@ impl Default for AppOptions {
             cron_interval: Duration::from_secs(1),
             recover_all_on_startup: None,
             user_id: "default".into(),
+            webhook_policy: fawn_runtime::webhook::WebhookPolicy::from_env(),
         }
     }
 }
@@ -207,6 +211,7 @@ impl Application {
                 recover_all_on_startup: options.recover_all_on_startup,
                 user_id: options.user_id.clone(),
                 local_addr: Some(addr),
+                webhook_policy: options.webhook_policy.clone(),
             },
         )
         .await?;

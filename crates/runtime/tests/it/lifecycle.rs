@@ -241,3 +241,40 @@ async fn bad_requests_are_typed_errors() {
     assert!(matches!(e, fawn_runtime::RuntimeError::NotFound(_)), "{e}");
     f.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_to_internal_addresses_are_refused_unless_allowed() {
+    // A receiver on loopback, reached by name: the name resolves to 127.0.0.1, which the
+    // guard refuses inside the client's resolver, before any connection.
+    let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let counted = hits.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(stream);
+        }
+    });
+    let f = Fixture::start(vec![]).await;
+    let payload = json!({"run_id": "r"});
+    for url in [
+        format!("http://localhost:{port}/hook"),
+        format!("http://127.0.0.1:{port}/hook"),
+        "http://169.254.169.254/latest/meta-data".to_string(),
+    ] {
+        let e = fawn_runtime::webhook::deliver(&f.rt, &url, &payload)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, fawn_runtime::webhook::WebhookError::Refused(_)),
+            "{url}: {e}"
+        );
+    }
+    assert_eq!(
+        hits.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "no connection made"
+    );
+    f.stop().await;
+}

@@ -1137,7 +1137,31 @@ async fn webhook_posts_the_finished_run() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move { axum::serve(listener, stub).await });
-    let Some(app) = spawn_app(Db::Sqlite).await else {
+    // An internal receiver is refused unless it is allowed by name (the SSRF guard).
+    let Some(guarded) = spawn_app(Db::Sqlite).await else {
+        return;
+    };
+    let tid = guarded.create_thread().await;
+    let (s, v) = guarded
+        .post_json(
+            &format!("/threads/{tid}/runs"),
+            json!({"assistant_id": "lead_agent", "input": user_input("hook"),
+                   "webhook": format!("http://127.0.0.1:{port}/hook")}),
+        )
+        .await;
+    assert_eq!(s, 422, "{v}");
+    assert!(v["detail"].as_str().unwrap().contains("loopback"), "{v}");
+    let (_, runs) = guarded.get_json(&format!("/threads/{tid}/runs")).await;
+    assert_eq!(runs, json!([]), "nothing was created");
+    guarded.stop().await;
+    let Some(app) = spawn_with(Spawn {
+        tweak: Some(Box::new(|o| {
+            o.webhook_policy.allowed_hosts = vec!["127.0.0.1".into()];
+        })),
+        ..Spawn::new(Db::Sqlite)
+    })
+    .await
+    else {
         return;
     };
     let tid = app.create_thread().await;
