@@ -52,6 +52,9 @@ pub struct AppOptions {
     /// Internal webhook receivers trusted despite the SSRF guard
     /// (`FAWN_WEBHOOK_ALLOWED_HOSTS`).
     pub webhook_policy: fawn_runtime::webhook::WebhookPolicy,
+    /// Allowed `Host` names and trusted browser origins ([`crate::access`]); the bound
+    /// address is added when it is a specific one.
+    pub access: crate::access::AccessPolicy,
 }
 
 impl std::fmt::Debug for AppOptions {
@@ -83,6 +86,7 @@ impl Default for AppOptions {
             recover_all_on_startup: None,
             user_id: "default".into(),
             webhook_policy: fawn_runtime::webhook::WebhookPolicy::from_env(),
+            access: crate::access::AccessPolicy::from_env(),
         }
     }
 }
@@ -109,6 +113,8 @@ pub struct Shared {
     pub body_limit: usize,
     /// `POST /internal/truncate` is served.
     pub test_hooks: bool,
+    /// Allowed hosts and trusted origins.
+    pub access: crate::access::AccessPolicy,
 }
 
 impl std::fmt::Debug for Shared {
@@ -198,6 +204,22 @@ impl Application {
             port: options.port,
             source: e,
         })?;
+        let loopback = options.host == "localhost"
+            || options
+                .host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        if !loopback {
+            tracing::warn!(
+                host = %options.host,
+                "listening beyond loopback WITHOUT authentication: anyone who can reach this \
+                 port can read and change every thread and spend the configured model keys. \
+                 Requests must name an allowed Host (loopback names, the bound address, \
+                 FAWN_ALLOWED_HOSTS)."
+            );
+        }
         let rt = Runtime::start(
             settings,
             RuntimeOptions {
@@ -224,6 +246,7 @@ impl Application {
             rt,
             body_limit: options.body_limit,
             test_hooks: options.test_hooks,
+            access: options.access.clone().with_bound_host(&options.host),
         });
         Ok(Application {
             listener,

@@ -5,6 +5,7 @@
 //! runs only through the runtime's API (`fawn_runtime`): it must never claim, execute or
 //! finish a run, write a checkpoint itself, or know how storage is laid out.
 
+pub mod access;
 pub mod app;
 pub mod error;
 pub mod extract;

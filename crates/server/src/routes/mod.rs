@@ -12,9 +12,7 @@ use crate::app::AppState;
 use crate::error::{method_not_allowed_fallback, not_found_fallback};
 use crate::extract::BodyLimit;
 use axum::Router;
-use axum::http::{HeaderName, Method};
 use axum::routing::{get, post};
-use tower_http::cors::{Any, CorsLayer};
 
 fn api() -> Router<AppState> {
     Router::new()
@@ -146,30 +144,17 @@ fn api() -> Router<AppState> {
 pub fn router(state: AppState) -> Router {
     let api = api();
     let with_gateway = api.clone().merge(crate::gateway::router(&state));
-    let cors = CorsLayer::new()
-        .allow_origin(Any)
-        .allow_methods([
-            Method::GET,
-            Method::POST,
-            Method::PUT,
-            Method::PATCH,
-            Method::DELETE,
-            Method::OPTIONS,
-            Method::HEAD,
-        ])
-        .allow_headers(Any)
-        .expose_headers([
-            HeaderName::from_static("content-location"),
-            HeaderName::from_static("location"),
-            HeaderName::from_static("x-pagination-total"),
-            HeaderName::from_static("x-pagination-next"),
-        ]);
+    let cors = crate::access::cors(&state.access);
     Router::new()
         .merge(api.clone())
         .nest("/api/langgraph", api.clone())
         .nest("/api", with_gateway)
         .fallback(not_found_fallback)
         .layer(axum::Extension(BodyLimit(state.body_limit)))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::access::guard,
+        ))
         .layer(cors)
         .with_state(state)
 }

@@ -22,6 +22,7 @@ macro_rules! backends {
     };
 }
 
+mod access;
 mod assistants_store;
 mod bad_input;
 mod crons;

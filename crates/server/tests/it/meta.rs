@@ -71,7 +71,12 @@ async fn cors_exposes_the_headers_browsers_need() {
         .send()
         .await
         .unwrap();
-    assert_eq!(r.headers()["access-control-allow-origin"], "*");
+    // Never `*`: the (loopback) origin itself, with credentials.
+    assert_eq!(
+        r.headers()["access-control-allow-origin"],
+        "http://localhost:3000"
+    );
+    assert_eq!(r.headers()["access-control-allow-credentials"], "true");
     let exposed = r.headers()["access-control-expose-headers"]
         .to_str()
         .unwrap()
