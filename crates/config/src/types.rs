@@ -158,6 +158,14 @@ pub struct SandboxConfig {
     pub grep_max_results: usize,
     pub mounts: Vec<MountConfig>,
     pub environment: BTreeMap<String, String>,
+    /// Data memory (heap and private writable mappings) one bash command may use, in MiB;
+    /// `0` = no limit. `RLIMIT_DATA`, so runtimes that reserve large address ranges (V8)
+    /// still start.
+    pub memory_limit_mb: u64,
+    /// Largest file one bash command may write, in MiB; `0` = no limit.
+    pub file_size_limit_mb: u64,
+    /// CPU seconds one bash command may use (all its threads); `0` = no limit.
+    pub cpu_time_limit_seconds: u64,
 }
 
 impl Default for SandboxConfig {
@@ -175,6 +183,9 @@ impl Default for SandboxConfig {
             grep_max_results: 500,
             mounts: Vec::new(),
             environment: BTreeMap::new(),
+            memory_limit_mb: 2048,
+            file_size_limit_mb: 1024,
+            cpu_time_limit_seconds: 600,
         }
     }
 }

@@ -30,6 +30,11 @@
 //! rewritten to host paths, same environment policy, timeout kills the whole group. This is
 //! *not* a security boundary: the command can read anything the server's user can.
 //!
+//! Every command runs under resource limits it cannot raise (soft = hard): data memory
+//! (`sandbox.memory_limit_mb`, `RLIMIT_DATA`), file size (`file_size_limit_mb`,
+//! `RLIMIT_FSIZE`) and CPU time (`cpu_time_limit_seconds`, `RLIMIT_CPU`), so one thread's
+//! command cannot take the host's memory, disk or CPU; in the sandbox also a process cap.
+//!
 //! Output is captured with bounded memory (head and tail of each stream), then masked and
 //! redacted by the caller.
 
@@ -125,6 +130,37 @@ pub(crate) struct Job {
     pub uid: Option<u32>,
     /// `bash_output_max_chars`, to size the capture window.
     pub max_chars: usize,
+    /// Resource limits of the command (soft and hard, so it cannot raise them).
+    pub limits: Limits,
+}
+
+/// Per-command resource limits; `None` = unlimited.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Limits {
+    /// `RLIMIT_DATA`, KiB.
+    pub data_kib: Option<u64>,
+    /// `RLIMIT_FSIZE`, KiB.
+    pub file_kib: Option<u64>,
+    /// `RLIMIT_CPU`, seconds.
+    pub cpu_seconds: Option<u64>,
+}
+
+impl Limits {
+    /// The `ulimit` calls that set them (bash counts `-d` and `-f` in KiB outside POSIX
+    /// mode); a limit that cannot be set stops the command.
+    fn ulimits(&self) -> String {
+        let mut out = String::new();
+        for (flag, v) in [
+            ("-d", self.data_kib),
+            ("-f", self.file_kib),
+            ("-t", self.cpu_seconds),
+        ] {
+            if let Some(v) = v {
+                out.push_str(&format!("ulimit {flag} {v} || exit 126; "));
+            }
+        }
+        out
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -273,6 +309,7 @@ impl Runner {
             timeout: Duration::from_secs(30),
             uid: self.is_root.then_some(65534),
             max_chars: 4000,
+            limits: Limits::default(),
         };
         match self.run_sandboxed(&job).await {
             Ok(out) if out.exit_code == Some(0) => Ok(()),
@@ -306,6 +343,7 @@ impl Runner {
     fn inner_argv(&self, job: &Job, command: &str, setpriv: Option<&Path>) -> Vec<String> {
         let mut argv = Vec::new();
         let mut wrapper = String::from("ulimit -c 0 2>/dev/null; ");
+        wrapper.push_str(&job.limits.ulimits());
         if let (Some(uid), Some(setpriv)) = (job.uid, setpriv) {
             argv.extend([
                 setpriv.to_string_lossy().into_owned(),

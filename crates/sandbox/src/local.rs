@@ -720,6 +720,11 @@ impl LocalSandbox {
                 .unwrap_or(Duration::from_secs(cfg.bash_command_timeout.max(1))),
             uid: self.owner.map(|o| o.0),
             max_chars: cfg.bash_output_max_chars,
+            limits: crate::exec::Limits {
+                data_kib: (cfg.memory_limit_mb > 0).then(|| cfg.memory_limit_mb * 1024),
+                file_kib: (cfg.file_size_limit_mb > 0).then(|| cfg.file_size_limit_mb * 1024),
+                cpu_seconds: (cfg.cpu_time_limit_seconds > 0).then_some(cfg.cpu_time_limit_seconds),
+            },
         })
     }
 

@@ -483,3 +483,51 @@ async fn broken_bubblewrap_refuses_bash() {
         matches!(e.provider.bash_mode().await, BashMode::Host(m) if m.contains("cannot create a sandbox"))
     );
 }
+
+#[tokio::test]
+async fn memory_file_size_and_cpu_are_limited() {
+    let e = env_with(|s, _| {
+        s.app.sandbox.memory_limit_mb = 256;
+        s.app.sandbox.file_size_limit_mb = 8;
+        s.app.sandbox.cpu_time_limit_seconds = 2;
+    });
+    let sb = e.sandbox("t1").await;
+    // 3 GiB at once: refused by the data limit, the host is not touched.
+    let out = run(
+        &sb,
+        "python3 -c 'b = bytearray(3 * 1024**3); print(\"allocated\", len(b))'",
+    )
+    .await;
+    assert!(!out.stdout.contains("allocated"), "{out:?}");
+    assert!(out.stderr.contains("MemoryError"), "{out:?}");
+    assert_ne!(out.exit_code, Some(0));
+    // Small allocations still work.
+    let out = run(
+        &sb,
+        "python3 -c 'b = bytearray(64 * 1024**2); print(len(b))'",
+    )
+    .await;
+    assert_eq!(out.stdout.trim(), "67108864", "{out:?}");
+    // A file past the size limit stops at it.
+    let out = run(
+        &sb,
+        "head -c 20M /dev/zero > big.bin; echo status $?; stat -c %s big.bin",
+    )
+    .await;
+    assert!(
+        out.stdout.contains("status 1") || !out.stdout.contains("status 0"),
+        "{out:?}"
+    );
+    assert!(out.stdout.trim_end().ends_with("8388608"), "{out:?}");
+    // A command cannot raise its limits.
+    let out = run(&sb, "ulimit -d unlimited; echo raised $?; ulimit -d").await;
+    assert!(!out.stdout.contains("raised 0"), "{out:?}");
+    assert!(out.stdout.trim_end().ends_with("262144"), "{out:?}");
+    // A CPU hog is stopped after its CPU seconds (SIGXCPU), long before the wall timeout.
+    let out = run_t(&sb, "while :; do :; done", 60).await;
+    assert!(!out.timed_out, "{out:?}");
+    assert!(
+        matches!(out.exit_code, Some(c) if c != 0),
+        "stopped by the kernel: {out:?}"
+    );
+}
