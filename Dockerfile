@@ -1,6 +1,8 @@
 # Multi-stage build: a full Rust toolchain to build, a small Debian runtime to run.
 #   docker build -t fawn .
-#   docker run -p 2024:2024 -v fawn-data:/data fawn
+#   docker run -p 127.0.0.1:2024:2024 -v fawn-data:/data fawn
+# Fawn has no authentication yet: the container listens on 0.0.0.0 (its own network) with
+# FAWN_INSECURE_NO_AUTH=1, so publish the port on 127.0.0.1 only, or on a network you trust.
 # bash runs inside bubblewrap, which needs user namespaces (the default on Docker with the
 # default seccomp profile on recent kernels; otherwise run with --security-opt seccomp=unconfined
 # or set sandbox.allow_host_bash explicitly).
@@ -22,7 +24,8 @@ COPY --from=build /src/target/release/fawn /usr/local/bin/fawn
 COPY --from=build /src/skills /opt/fawn/skills
 COPY --from=build /src/config.example.yaml /opt/fawn/config.example.yaml
 USER fawn
-ENV FAWN_HOME=/data FAWN_HOST=0.0.0.0 FAWN_PORT=2024 DEER_FLOW_SKILLS_PATH=/opt/fawn/skills
+ENV FAWN_HOME=/data FAWN_HOST=0.0.0.0 FAWN_PORT=2024 FAWN_INSECURE_NO_AUTH=1 \
+    DEER_FLOW_SKILLS_PATH=/opt/fawn/skills
 VOLUME ["/data"]
 EXPOSE 2024
 ENTRYPOINT ["/usr/local/bin/fawn"]

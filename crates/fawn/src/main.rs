@@ -62,6 +62,11 @@ struct ServeArgs {
     /// holds up every request until it finishes.
     #[arg(long, env = "FAWN_WORKERS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     workers: Option<u16>,
+    /// Listen on a non-loopback address although Fawn has no authentication yet: anyone
+    /// who can reach the port can read and change every thread and spend the configured
+    /// model keys. Without it, serve refuses such an address.
+    #[arg(long, env = "FAWN_INSECURE_NO_AUTH")]
+    insecure_no_auth: bool,
 }
 
 fn main() -> ExitCode {
@@ -180,6 +185,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let options = fawn_server::AppOptions {
             host: args.host.clone(),
             port: args.port,
+            insecure_no_auth: args.insecure_no_auth,
             ..fawn_server::AppOptions::default()
         };
         let app = fawn_server::Application::build(settings, options)

@@ -55,6 +55,8 @@ pub struct AppOptions {
     /// Allowed `Host` names and trusted browser origins ([`crate::access`]); the bound
     /// address is added when it is a specific one.
     pub access: crate::access::AccessPolicy,
+    /// Listen beyond loopback although there is no authentication (`--insecure-no-auth`).
+    pub insecure_no_auth: bool,
 }
 
 impl std::fmt::Debug for AppOptions {
@@ -87,6 +89,7 @@ impl Default for AppOptions {
             user_id: "default".into(),
             webhook_policy: fawn_runtime::webhook::WebhookPolicy::from_env(),
             access: crate::access::AccessPolicy::from_env(),
+            insecure_no_auth: false,
         }
     }
 }
@@ -102,8 +105,23 @@ pub enum BuildError {
         port: u16,
         source: std::io::Error,
     },
+    #[error(
+        "refusing to listen on {host}: Fawn has no authentication yet, so anyone who can reach \
+         the port could read and change every thread and spend the configured model keys. \
+         Listen on 127.0.0.1 (the default), or pass --insecure-no-auth \
+         (FAWN_INSECURE_NO_AUTH=1) on a network you trust"
+    )]
+    Unauthenticated { host: String },
     #[error(transparent)]
     Runtime(#[from] fawn_runtime::BuildError),
+}
+
+/// Whether `host` (an address or name to listen on) stays on this machine.
+pub fn is_loopback_host(host: &str) -> bool {
+    let h = host.trim().trim_start_matches('[').trim_end_matches(']');
+    h.eq_ignore_ascii_case("localhost")
+        || h.parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// State shared by every handler: the runtime, and how HTTP answers are shaped.
@@ -198,28 +216,26 @@ impl AppHandle {
 
 impl Application {
     pub async fn build(settings: Settings, options: AppOptions) -> Result<Application, BuildError> {
+        if !is_loopback_host(&options.host) {
+            if !options.insecure_no_auth {
+                return Err(BuildError::Unauthenticated {
+                    host: options.host.clone(),
+                });
+            }
+            tracing::warn!(
+                host = %options.host,
+                "listening beyond loopback WITHOUT authentication (--insecure-no-auth): anyone \
+                 who can reach this port can read and change every thread and spend the \
+                 configured model keys. Requests must name an allowed Host (loopback names, \
+                 the bound address, FAWN_ALLOWED_HOSTS)."
+            );
+        }
         let listener = bind_listener(&options.host, options.port).await?;
         let addr = axum::serve::Listener::local_addr(&listener).map_err(|e| BuildError::Bind {
             host: options.host.clone(),
             port: options.port,
             source: e,
         })?;
-        let loopback = options.host == "localhost"
-            || options
-                .host
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback());
-        if !loopback {
-            tracing::warn!(
-                host = %options.host,
-                "listening beyond loopback WITHOUT authentication: anyone who can reach this \
-                 port can read and change every thread and spend the configured model keys. \
-                 Requests must name an allowed Host (loopback names, the bound address, \
-                 FAWN_ALLOWED_HOSTS)."
-            );
-        }
         let rt = Runtime::start(
             settings,
             RuntimeOptions {

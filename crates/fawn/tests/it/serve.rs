@@ -90,3 +90,20 @@ fn zero_workers_is_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--workers"), "{err}");
 }
+
+#[test]
+fn a_non_loopback_address_needs_the_insecure_flag() {
+    let home = tempfile::tempdir().unwrap();
+    let out = fawn(home.path())
+        .args(["serve", "--host", "0.0.0.0", "--port", "0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no authentication"), "{err}");
+    assert!(err.contains("--insecure-no-auth"), "{err}");
+    assert!(
+        !home.path().join("fawn").exists(),
+        "refused before anything was created"
+    );
+}

@@ -2,6 +2,7 @@
 
 use crate::helpers::*;
 use axum::serve::Listener;
+use fawn_config::Settings;
 use fawn_server::{AppOptions, Application, BuildError, bind_listener};
 use serde_json::json;
 
@@ -103,6 +104,32 @@ async fn accepted_connections_have_tcp_nodelay() {
         "TCP_NODELAY must be set on accepted sockets"
     );
     drop(client.await);
+}
+
+#[tokio::test]
+async fn without_auth_a_non_loopback_address_is_refused_unless_asked_for() {
+    // Refused before anything binds or opens (the database is never touched).
+    for host in ["0.0.0.0", "::", "192.0.2.10", "fawn.example.com"] {
+        let err = Application::build(
+            Settings::with_home(std::env::temp_dir().join("fawn-never-created")),
+            AppOptions {
+                host: host.into(),
+                port: 0,
+                ..AppOptions::default()
+            },
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(err, BuildError::Unauthenticated { .. }),
+            "{host}: {err}"
+        );
+        assert!(err.to_string().contains("--insecure-no-auth"), "{err}");
+    }
+    assert!(!std::env::temp_dir().join("fawn-never-created").exists());
+    for host in ["127.0.0.1", "localhost", "::1", "[::1]", "127.0.0.2"] {
+        assert!(fawn_server::app::is_loopback_host(host), "{host}");
+    }
 }
 
 #[tokio::test]
