@@ -146,6 +146,16 @@ impl ThreadStatus {
     }
 }
 
+/// The longest TTL a thread or a store item may have: 100 years (of 365.25 days), in
+/// minutes. Expiries are microsecond timestamps; a TTL without a bound overflows them.
+pub const MAX_TTL_MINUTES: f64 = 52_596_000.0;
+
+/// Whether `minutes` is a TTL the store keeps: positive, finite, at most
+/// [`MAX_TTL_MINUTES`].
+pub fn valid_ttl_minutes(minutes: f64) -> bool {
+    minutes.is_finite() && minutes > 0.0 && minutes <= MAX_TTL_MINUTES
+}
+
 /// Thread TTL: minutes after the last update, then `delete` or `keep_latest`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ThreadTtl {

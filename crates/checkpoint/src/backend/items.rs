@@ -26,7 +26,7 @@ fn item_from_row(r: &Row) -> DbResult<Item> {
         value: r.map("value")?,
         created_at: r.ts("created_at")?,
         updated_at: r.ts("updated_at")?,
-        expires_at: r.opt_ts("expires_at")?,
+        expires_at: super::stored_expiry(r, "expires_at", &encoded),
     })
 }
 
@@ -42,18 +42,20 @@ fn validate_namespace(namespace: &[String]) -> DbResult<()> {
 
 fn validate_ttl(ttl: Option<f64>) -> DbResult<()> {
     match ttl {
-        Some(t) if !(t.is_finite() && t > 0.0) => Err(DbErr::invalid(format!(
-            "ttl must be a positive number of minutes, got {t}"
+        Some(t) if !valid_ttl_minutes(t) => Err(DbErr::invalid(format!(
+            "ttl must be a positive number of minutes, at most {MAX_TTL_MINUTES} (100 years), got {t}"
         ))),
         _ => Ok(()),
     }
 }
 
-/// Pushes back the expiry of items with a TTL (those not expired yet).
+/// Pushes back the expiry of items with a TTL (those not expired yet). A TTL out of range
+/// (stored before TTLs were bounded) is left alone rather than overflowing the expiry.
 const REFRESH_TTL: &str = concat!(
     "UPDATE store_items SET expires_at = $3 + CAST(ttl_minutes * 60000000 AS BIGINT) ",
-    "WHERE namespace = $1 AND key = $2 AND ttl_minutes IS NOT NULL ",
-    "AND (expires_at IS NULL OR expires_at > $3)"
+    "WHERE namespace = $1 AND key = $2 AND ttl_minutes > 0 AND ttl_minutes <= ",
+    super::max_ttl_minutes!(),
+    " AND (expires_at IS NULL OR expires_at > $3)"
 );
 
 impl SqlStore {

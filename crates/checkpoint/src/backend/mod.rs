@@ -27,6 +27,7 @@ use crate::json::{json_equal, map_contains};
 use crate::types::*;
 use crate::{BackendConfig, OpenOptions, Persistence, Result};
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use db::{Arg, Binds, Db, DbErr, DbResult, Dialect, PoolSettings, Row, Sql, Tx, retry};
 use serde_json::{Map, Value};
 
@@ -38,6 +39,14 @@ macro_rules! thread_cols {
     };
 }
 pub(crate) use thread_cols;
+
+/// [`MAX_TTL_MINUTES`] as SQL text, for statements built with `concat!`.
+macro_rules! max_ttl_minutes {
+    () => {
+        "52596000"
+    };
+}
+pub(crate) use max_ttl_minutes;
 
 macro_rules! run_cols {
     () => {
@@ -197,8 +206,46 @@ fn parse_cancel_action(s: &str) -> Option<CancelAction> {
     }
 }
 
+/// A TTL in minutes as stored, or `None` when it is absent or unusable: out of range
+/// (written before TTLs were bounded) or not a number. Such a value is logged, never an
+/// error, so that one bad row cannot break a listing.
+fn stored_ttl_minutes(r: &Row, col: &str, owner: &str) -> Option<f64> {
+    match r.opt_float(col) {
+        Ok(Some(m)) if valid_ttl_minutes(m) => Some(m),
+        Ok(Some(m)) => {
+            tracing::warn!(%owner, ttl_minutes = m, "stored TTL out of range; read as none");
+            None
+        }
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(%owner, error = ?e, "stored TTL unreadable; read as none");
+            None
+        }
+    }
+}
+
+/// An expiry timestamp as stored, or `None` when it is absent or unusable (not an integer,
+/// or outside the dates a timestamp can hold); logged like [`stored_ttl_minutes`].
+pub(crate) fn stored_expiry(r: &Row, col: &str, owner: &str) -> Option<DateTime<Utc>> {
+    match r.opt_int(col) {
+        Ok(Some(us)) => {
+            let t = DateTime::from_timestamp_micros(us);
+            if t.is_none() {
+                tracing::warn!(%owner, expires_at = us, "stored expiry out of range; read as none");
+            }
+            t
+        }
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(%owner, error = ?e, "stored expiry unreadable; read as none");
+            None
+        }
+    }
+}
+
 pub(crate) fn thread_from_row(r: &Row) -> DbResult<Thread> {
-    let ttl = match r.opt_float("ttl_minutes")? {
+    let thread_id = r.text("thread_id")?;
+    let ttl = match stored_ttl_minutes(r, "ttl_minutes", &thread_id) {
         Some(minutes) => Some(ThreadTtl {
             minutes,
             strategy: match r.opt_text("ttl_strategy")? {
@@ -208,8 +255,13 @@ pub(crate) fn thread_from_row(r: &Row) -> DbResult<Thread> {
         }),
         None => None,
     };
+    // Without a usable TTL the thread does not expire.
+    let expires_at = match ttl {
+        Some(_) => stored_expiry(r, "expires_at", &thread_id),
+        None => None,
+    };
     Ok(Thread {
-        thread_id: r.text("thread_id")?,
+        thread_id,
         created_at: r.ts("created_at")?,
         updated_at: r.ts("updated_at")?,
         state_updated_at: r.ts("state_updated_at")?,
@@ -220,7 +272,7 @@ pub(crate) fn thread_from_row(r: &Row) -> DbResult<Thread> {
         interrupts: r.map("interrupts")?,
         error: r.opt_json("error")?,
         ttl,
-        expires_at: r.opt_ts("expires_at")?,
+        expires_at,
     })
 }
 
@@ -578,4 +630,17 @@ pub(crate) async fn refresh_thread_status(tx: &mut Tx, thread_id: &str) -> DbRes
 
 pub(crate) fn thread_not_found(thread_id: &str) -> DbErr {
     DbErr::not_found(format!("Thread with ID {thread_id} not found"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sql_ttl_bound_is_the_constant() {
+        assert_eq!(
+            max_ttl_minutes!().parse::<f64>().ok(),
+            Some(crate::MAX_TTL_MINUTES)
+        );
+        assert!(crate::valid_ttl_minutes(crate::MAX_TTL_MINUTES));
+        assert!(!crate::valid_ttl_minutes(crate::MAX_TTL_MINUTES + 1.0));
+    }
 }

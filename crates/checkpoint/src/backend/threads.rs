@@ -14,10 +14,10 @@ use chrono::{DateTime, Utc};
 
 fn validate_ttl(ttl: &Option<ThreadTtl>) -> DbResult<()> {
     if let Some(t) = ttl
-        && !(t.minutes.is_finite() && t.minutes > 0.0)
+        && !valid_ttl_minutes(t.minutes)
     {
         return Err(DbErr::invalid(format!(
-            "ttl must be a positive number of minutes, got {}",
+            "ttl must be a positive number of minutes, at most {MAX_TTL_MINUTES} (100 years), got {}",
             t.minutes
         )));
     }
@@ -29,10 +29,15 @@ fn expires(ttl: &Option<ThreadTtl>, now: DateTime<Utc>) -> Option<DateTime<Utc>>
 }
 
 /// `SET expires_at = …` for a thread touched at `$n` (microseconds): pushed back by its TTL.
+/// A TTL out of range (stored before TTLs were bounded) clears the expiry instead of
+/// overflowing it.
 macro_rules! refresh_expiry {
     ($now:literal) => {
         concat!(
-            "expires_at = CASE WHEN ttl_minutes IS NULL THEN expires_at ELSE ",
+            "expires_at = CASE WHEN ttl_minutes IS NULL THEN expires_at ",
+            "WHEN NOT (ttl_minutes > 0 AND ttl_minutes <= ",
+            super::max_ttl_minutes!(),
+            ") THEN NULL ELSE ",
             $now,
             " + CAST(ttl_minutes * 60000000 AS BIGINT) END"
         )

@@ -300,16 +300,24 @@ async fn store_ttl(db: Arc<dyn Persistence>) {
             .unwrap()
             .is_some()
     );
-    let err = db
-        .put_item(PutItem {
-            namespace: ns(&["mem"]),
-            key: "bad".into(),
-            value: Default::default(),
-            ttl_minutes: Some(-1.0),
-        })
-        .await
-        .unwrap_err();
-    assert!(matches!(err, StoreError::Invalid(_)));
+    for bad in [-1.0, MAX_TTL_MINUTES + 1.0, 200_000_000_000.0] {
+        let err = db
+            .put_item(PutItem {
+                namespace: ns(&["mem"]),
+                key: "bad".into(),
+                value: Default::default(),
+                ttl_minutes: Some(bad),
+            })
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Invalid(_)), "{bad}: {err}");
+    }
+    assert!(
+        db.get_item(&ns(&["mem"]), "bad", true)
+            .await
+            .unwrap()
+            .is_none()
+    );
 }
 
 /// Waits until the wall clock is past `t` (timestamps are the store's own `now()`): a

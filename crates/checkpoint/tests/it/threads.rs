@@ -712,19 +712,54 @@ async fn thread_ttl_and_expiry(db: Arc<dyn Persistence>) {
         .unwrap();
     assert!(patched.expires_at.unwrap() > later);
 
-    for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+    // Bounded: a TTL past 100 years would overflow the expiry timestamps.
+    let longest = db
+        .create_thread(NewThread {
+            ttl: Some(ThreadTtl {
+                minutes: MAX_TTL_MINUTES,
+                strategy: PruneStrategy::Delete,
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(longest.ttl.as_ref().unwrap().minutes, MAX_TTL_MINUTES);
+    assert!(longest.expires_at.unwrap() > later + chrono::Duration::days(365 * 99));
+    for bad in [
+        0.0,
+        -1.0,
+        f64::NAN,
+        f64::INFINITY,
+        MAX_TTL_MINUTES + 1.0,
+        200_000_000_000.0,
+    ] {
+        let bad_ttl = Some(ThreadTtl {
+            minutes: bad,
+            strategy: PruneStrategy::Delete,
+        });
         let err = db
             .create_thread(NewThread {
-                ttl: Some(ThreadTtl {
-                    minutes: bad,
-                    strategy: PruneStrategy::Delete,
-                }),
+                ttl: bad_ttl.clone(),
                 ..Default::default()
             })
             .await
             .unwrap_err();
         assert!(matches!(err, StoreError::Invalid(_)), "{bad}: {err}");
+        let err = db
+            .update_thread(
+                &longest.thread_id,
+                ThreadPatch {
+                    ttl: bad_ttl,
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Invalid(_)), "{bad}: {err}");
     }
+    let unchanged = db.get_thread(&longest.thread_id).await.unwrap().unwrap();
+    assert_eq!(unchanged.ttl, longest.ttl);
+    assert_eq!(unchanged.expires_at, longest.expires_at);
 }
 
 /// An LLM can emit U+0000. Checkpoints keep it exactly; the thread's copy of the values

@@ -60,11 +60,12 @@ pub async fn put_item(
         ));
     };
     if let Some(t) = b.ttl
-        && !(t > 0.0 && t.is_finite())
+        && !fawn_checkpoint::valid_ttl_minutes(t)
     {
-        return Err(ApiError::unprocessable(
-            "Invalid request body at `ttl`: must be a positive number of minutes",
-        ));
+        return Err(ApiError::unprocessable(format!(
+            "Invalid request body at `ttl`: {}",
+            crate::routes::threads::TTL_RULE
+        )));
     }
     app.store
         .put_item(PutItem {

@@ -10,7 +10,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use fawn_checkpoint::{
     Checkpoint, HistoryQuery, IfExists, JsonMap, NewThread, PruneStrategy, Thread, ThreadFilter,
-    ThreadPatch, ThreadQuery, ThreadSort, ThreadStatus, ThreadTtl,
+    ThreadPatch, ThreadQuery, ThreadSort, ThreadStatus, ThreadTtl, valid_ttl_minutes,
 };
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -27,6 +27,9 @@ pub async fn load_thread(app: &AppState, id: &str) -> ApiResult<Thread> {
     }
 }
 
+/// What a TTL must be (threads and store items), for 422 messages.
+pub const TTL_RULE: &str = "must be a positive number of minutes, at most 52596000 (100 years)";
+
 fn parse_ttl(v: &Option<Value>) -> ApiResult<Option<ThreadTtl>> {
     let strategy = |s: Option<&str>| match s {
         None | Some("delete") => Ok(PruneStrategy::Delete),
@@ -37,21 +40,24 @@ fn parse_ttl(v: &Option<Value>) -> ApiResult<Option<ThreadTtl>> {
     };
     match v {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => match n.as_f64() {
-            Some(m) if m > 0.0 => Ok(Some(ThreadTtl {
+        Some(Value::Number(n)) => match n.as_f64().filter(|m| valid_ttl_minutes(*m)) {
+            Some(m) => Ok(Some(ThreadTtl {
                 minutes: m,
                 strategy: PruneStrategy::Delete,
             })),
-            _ => Err(ApiError::unprocessable(
-                "Invalid request body at `ttl`: must be a positive number of minutes",
-            )),
+            None => Err(ApiError::unprocessable(format!(
+                "Invalid request body at `ttl`: {TTL_RULE}"
+            ))),
         },
         Some(Value::Object(o)) => {
-            let minutes = o.get("ttl").and_then(Value::as_f64).filter(|m| *m > 0.0);
+            let minutes = o
+                .get("ttl")
+                .and_then(Value::as_f64)
+                .filter(|m| valid_ttl_minutes(*m));
             let Some(minutes) = minutes else {
-                return Err(ApiError::unprocessable(
-                    "Invalid request body at `ttl.ttl`: must be a positive number of minutes",
-                ));
+                return Err(ApiError::unprocessable(format!(
+                    "Invalid request body at `ttl.ttl`: {TTL_RULE}"
+                )));
             };
             Ok(Some(ThreadTtl {
                 minutes,
@@ -678,6 +684,14 @@ mod tests {
         assert_eq!(extract_path(&v, "x"), json!(3));
         assert_eq!(extract_path(&v, "values.messages[5]"), Value::Null);
         assert_eq!(extract_path(&v, "nope.x"), Value::Null);
+    }
+
+    #[test]
+    fn ttl_rule_names_the_bound() {
+        assert!(TTL_RULE.contains(&fawn_checkpoint::MAX_TTL_MINUTES.to_string()));
+        assert!(parse_ttl(&Some(json!(52_596_000))).unwrap().is_some());
+        assert!(parse_ttl(&Some(json!({"ttl": 52_596_000.5}))).is_err());
+        assert!(parse_ttl(&Some(json!(200_000_000_000u64))).is_err());
     }
 
     #[test]

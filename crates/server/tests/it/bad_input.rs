@@ -373,3 +373,232 @@ async fn bad_input_table(db: Db) {
     assert_eq!(s, 200, "{v}");
     app.stop().await;
 }
+
+/// Sends a raw request and checks the answer is `status` with a JSON `detail` containing
+/// `detail`; returns the parsed body.
+async fn expect_error(
+    app: &TestApp,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+    status: u16,
+    detail: &str,
+) -> Value {
+    let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    let mut req = app.client.request(m, app.u(path));
+    if let Some(b) = &body {
+        req = req.json(b);
+    }
+    let r = req.send().await.unwrap();
+    let got = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    assert_eq!(got, status, "{method} {path} → {got} {text}");
+    let v: Value = serde_json::from_str(&text)
+        .unwrap_or_else(|_| panic!("{method} {path}: body is not JSON: {text}"));
+    let d = v["detail"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{method} {path}: no detail: {v}"));
+    assert!(
+        d.contains(detail),
+        "{method} {path}: detail {d:?} lacks {detail:?}"
+    );
+    v
+}
+// ------------------------------------------------------------------------- thread TTLs
+
+backends!(
+    thread_ttl_out_of_range_is_422,
+    stored_out_of_range_ttl_breaks_nothing
+);
+
+/// A TTL must be a positive, finite number of minutes of at most 100 years, on create and
+/// on patch; a refused one changes nothing.
+async fn thread_ttl_out_of_range_is_422(db: Db) {
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    let bad = [
+        json!({"strategy": "delete", "ttl": 200_000_000_000u64}),
+        json!({"ttl": 1e308}),
+        json!({"ttl": 52_596_001}),
+        json!({"ttl": 0}),
+        json!({"ttl": -5}),
+        json!(200_000_000_000u64),
+        json!(-1),
+    ];
+    for ttl in &bad {
+        expect_error(
+            &app,
+            "POST",
+            "/threads",
+            Some(json!({"ttl": ttl})),
+            422,
+            "ttl",
+        )
+        .await;
+    }
+    let v = expect_error(
+        &app,
+        "POST",
+        "/threads",
+        Some(json!({"ttl": {"strategy": "delete", "ttl": 200_000_000_000u64}})),
+        422,
+        "100 years",
+    )
+    .await;
+    assert!(v["detail"].as_str().unwrap().contains("52596000"), "{v}");
+    let (_, n) = app.post_json("/threads/count", json!({})).await;
+    assert_eq!(n, json!(0), "a refused thread was created");
+
+    // The bound itself is accepted.
+    let (s, t) = app
+        .post_json(
+            "/threads",
+            json!({"ttl": {"ttl": 52_596_000, "strategy": "delete"}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{t}");
+    let tid = t["thread_id"].as_str().unwrap().to_string();
+    let (s, before) = app.get_json(&format!("/threads/{tid}?include=ttl")).await;
+    assert_eq!(s, 200, "{before}");
+    assert_eq!(before["ttl"]["ttl"], json!(52_596_000.0));
+
+    // PATCH: same rule, and the thread keeps its TTL.
+    for ttl in &bad {
+        let r = app
+            .client
+            .patch(app.u(&format!("/threads/{tid}")))
+            .json(&json!({"ttl": ttl, "metadata": {"patched": true}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 422, "PATCH ttl {ttl}");
+        let v: Value = r.json().await.unwrap();
+        assert!(v["detail"].as_str().unwrap().contains("ttl"), "{v}");
+    }
+    let (s, after) = app.get_json(&format!("/threads/{tid}?include=ttl")).await;
+    assert_eq!(s, 200, "{after}");
+    assert_eq!(after, before, "a refused patch changed the thread");
+    let (s, page) = app.post_json("/threads/search", json!({})).await;
+    assert_eq!(s, 200, "{page}");
+
+    // Store items follow the same rule.
+    for ttl in [json!(200_000_000_000u64), json!(52_596_001), json!(0)] {
+        expect_error(
+            &app,
+            "PUT",
+            "/store/items",
+            Some(json!({"namespace": ["n"], "key": "k", "value": {}, "ttl": ttl})),
+            422,
+            "100 years",
+        )
+        .await;
+    }
+    let (s, v) = app.get_json("/store/items?namespace=n&key=k").await;
+    assert_eq!((s, v), (200, Value::Null));
+    app.stop().await;
+}
+
+/// A row stored before the TTL was validated (an expiry out of any date range, a TTL of
+/// thousands of millennia) reads as a thread without expiry: listings, the thread's routes
+/// and its state updates keep working, also after a restart, and a PATCH makes it whole.
+async fn stored_out_of_range_ttl_breaks_nothing(db: Db) {
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    let good = app.create_thread().await;
+    let bad = app.create_thread().await;
+    let (s, v) = app
+        .post_json(
+            &format!("/threads/{bad}/state"),
+            json!({"values": user_input("before")}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    // What the unvalidated server left behind: SQLite turned the overflowing expiry into a
+    // REAL; Postgres holds the largest BIGINT, which no date can represent.
+    match db {
+        Db::Sqlite => {
+            app.db
+                .exec(&format!(
+                    "UPDATE threads SET ttl_minutes = 200000000000.0, ttl_strategy = 'delete', \
+                     expires_at = 1.2e19 WHERE thread_id = '{bad}'"
+                ))
+                .await
+        }
+        Db::Postgres => {
+            app.db
+                .exec(&format!(
+                    "UPDATE {{schema}}.threads SET ttl_minutes = 200000000000, \
+                     ttl_strategy = 'delete', expires_at = 9223372036854775807 \
+                     WHERE thread_id = '{bad}'"
+                ))
+                .await
+        }
+    }
+    // The row outlives the process that wrote it.
+    let test_db = app.db.clone();
+    app.stop().await;
+    let app = spawn_with(Spawn {
+        existing_db: Some(test_db),
+        ..Spawn::new(db)
+    })
+    .await
+    .unwrap();
+    // Round 0 reads the row as it was left; round 1 after a state update refreshed it.
+    for round in 0..2 {
+        let (s, page) = app.post_json("/threads/search", json!({})).await;
+        assert_eq!(s, 200, "round {round}: {page}");
+        let ids: Vec<&str> = page
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["thread_id"].as_str().unwrap())
+            .collect();
+        assert!(
+            ids.contains(&good.as_str()) && ids.contains(&bad.as_str()),
+            "{page}"
+        );
+        let (s, n) = app.post_json("/threads/count", json!({})).await;
+        assert_eq!((s, n), (200, json!(2)));
+        let (s, t) = app.get_json(&format!("/threads/{bad}?include=ttl")).await;
+        assert_eq!(s, 200, "round {round}: {t}");
+        assert_eq!(t["ttl"], Value::Null, "{t}");
+        let (s, t) = app.get_json(&format!("/threads/{bad}/state")).await;
+        assert_eq!(s, 200, "round {round}: {t}");
+        let (s, h) = app
+            .post_json(&format!("/threads/{bad}/history"), json!({}))
+            .await;
+        assert_eq!(s, 200, "round {round}: {h}");
+        // A state update refreshes the expiry from the TTL: not from that one.
+        let (s, v) = app
+            .post_json(
+                &format!("/threads/{bad}/state"),
+                json!({"values": user_input(&format!("round {round}"))}),
+            )
+            .await;
+        assert_eq!(s, 200, "round {round}: {v}");
+    }
+    // A PATCH rewrites the TTL from what it read (none): the row is whole again, and a new
+    // TTL can be set.
+    let (s, v) = app
+        .patch_json(&format!("/threads/{bad}"), json!({"metadata": {"x": 1}}))
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let (s, v) = app
+        .patch_json(&format!("/threads/{bad}"), json!({"ttl": 60}))
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let (s, t) = app.get_json(&format!("/threads/{bad}?include=ttl")).await;
+    assert_eq!(s, 200, "{t}");
+    assert_eq!(t["ttl"]["ttl"], json!(60.0), "{t}");
+    assert_eq!(t["metadata"]["x"], 1, "{t}");
+    let (s, v) = app
+        .post_json(
+            &format!("/threads/{bad}/runs/wait"),
+            json!({"assistant_id": "lead_agent", "input": user_input("after")}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    app.stop().await;
+}
