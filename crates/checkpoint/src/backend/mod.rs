@@ -348,7 +348,10 @@ impl Where {
         match self.dialect {
             Dialect::Postgres => {
                 for (key, value) in filter {
-                    let k = self.binds.push(key.as_str());
+                    // Stored keys had U+0000 replaced (jsonb cannot hold it, see
+                    // `db::jsonb_safe`); so does the key looked up, which is bound as text
+                    // (which cannot hold it either).
+                    let k = self.binds.push(key.replace('\0', "\u{FFFD}"));
                     let v = self.binds.push(Arg::json(value));
                     self.clauses.push(format!("{column} -> {k} = {v}"));
                 }
@@ -388,7 +391,9 @@ impl Where {
         // check in SQL and the full containment check in Rust.
         let mut post = false;
         for (key, value) in filter {
-            if key.contains('"') || key.contains('\\') {
+            // A key is quoted into a JSON path: one that quoting cannot carry (a quote, a
+            // backslash, a NUL, which ends the path as SQLite reads it) is left to Rust.
+            if key.contains(['"', '\\']) || key.chars().any(char::is_control) {
                 post = true;
                 continue;
             }

@@ -12,6 +12,7 @@ conformance!(store:
     thread_prune,
     thread_ttl_and_expiry,
     nul_characters_do_not_break_writes,
+    nul_in_filter_keys_is_a_key_like_any_other,
 );
 
 async fn thread_create_get_update_delete(db: Arc<dyn Persistence>) {
@@ -811,4 +812,65 @@ async fn nul_characters_do_not_break_writes(db: Arc<dyn Persistence>) {
         .await
         .unwrap();
     assert_eq!(*history[1].state, state, "checkpoint state is exact");
+}
+
+/// A filter key holding U+0000 (which ends a SQLite JSON path, and which Postgres text and
+/// jsonb cannot hold) matches what was stored under it and nothing else; never an error.
+async fn nul_in_filter_keys_is_a_key_like_any_other(db: Arc<dyn Persistence>) {
+    let id = db
+        .create_thread(NewThread {
+            metadata: obj(json!({"a\u{0}b": 1, "n": {"x": 1}})),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .thread_id;
+    db.create_thread(NewThread::default()).await.unwrap();
+    db.put_item(PutItem {
+        namespace: vec!["ns".into()],
+        key: "k".into(),
+        value: obj(json!({"a\u{0}b": 1})),
+        ttl_minutes: None,
+    })
+    .await
+    .unwrap();
+    for (key, value, hit) in [
+        ("a\u{0}b", json!(1), true),
+        ("a\u{0}b", json!(2), false),
+        ("a\u{0}b", json!({"x": 1}), false),
+        ("a\u{0}c", json!(1), false),
+        ("\u{0}", json!(1), false),
+    ] {
+        let filter = obj(json!({ key: value }));
+        let q = ThreadQuery {
+            filter: ThreadFilter {
+                metadata: Some(filter.clone()),
+                ..Default::default()
+            },
+            limit: 10,
+            ..Default::default()
+        };
+        let page = db.search_threads(&q).await.unwrap();
+        let ids: Vec<&str> = page.items.iter().map(|t| t.thread_id.as_str()).collect();
+        let expected: Vec<&str> = if hit { vec![id.as_str()] } else { vec![] };
+        assert_eq!(ids, expected, "{key:?}: {value}");
+        assert_eq!(page.total, u64::from(hit));
+        assert_eq!(db.count_threads(&q.filter).await.unwrap(), u64::from(hit));
+        let values = ThreadFilter {
+            values: Some(filter.clone()),
+            ..Default::default()
+        };
+        assert_eq!(db.count_threads(&values).await.unwrap(), 0);
+        let items = db
+            .search_items(&ItemQuery {
+                namespace_prefix: vec!["ns".into()],
+                filter: Some(filter),
+                limit: 10,
+                offset: 0,
+                refresh_ttl: false,
+            })
+            .await
+            .unwrap();
+        assert_eq!(items.len(), usize::from(hit), "{key:?}: {value}");
+    }
 }

@@ -11,7 +11,19 @@ use fawn_checkpoint::{ItemQuery, JsonMap, NamespaceQuery, PutItem};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+/// Namespace labels and keys are stored as text, which cannot hold U+0000 on Postgres:
+/// refused on every backend, so that what one accepts the other does too.
+fn check_no_nul<'a>(texts: impl IntoIterator<Item = &'a String>, field: &str) -> ApiResult<()> {
+    if texts.into_iter().any(|t| t.contains('\0')) {
+        return Err(ApiError::unprocessable(format!(
+            "Invalid request body at `{field}`: cannot contain NUL characters"
+        )));
+    }
+    Ok(())
+}
+
 fn check_namespace(ns: &[String], field: &str) -> ApiResult<()> {
+    check_no_nul(ns, field)?;
     for label in ns {
         if label.is_empty() {
             return Err(ApiError::unprocessable(format!(
@@ -54,6 +66,7 @@ pub async fn put_item(
             "Invalid request body at `key`: must not be empty",
         ));
     }
+    check_no_nul([&b.key], "key")?;
     let Value::Object(value) = b.value else {
         return Err(ApiError::unprocessable(
             "Invalid request body at `value`: must be an object",
@@ -87,6 +100,11 @@ pub async fn get_item(State(app): State<AppState>, q: Query) -> ApiResult<Respon
     let Some(key) = q.get("key").filter(|k| !k.is_empty()) else {
         return Err(ApiError::unprocessable("Missing query parameter `key`"));
     };
+    if ns.iter().any(|l| l.contains('\0')) || key.contains('\0') {
+        return Err(ApiError::unprocessable(
+            "Invalid query parameters `namespace`, `key`: cannot contain NUL characters",
+        ));
+    }
     let refresh = q.bool("refresh_ttl")?.unwrap_or(true);
     let item = app
         .store
@@ -111,6 +129,7 @@ pub async fn delete_item(
     JsonBody(b): JsonBody<DeleteBody>,
 ) -> ApiResult<Response> {
     check_namespace(&b.namespace, "namespace")?;
+    check_no_nul([&b.key], "key")?;
     app.store
         .delete_item(&b.namespace, &b.key)
         .await
@@ -175,6 +194,8 @@ pub async fn namespaces(
     OptionalJsonBody(b): OptionalJsonBody<NamespacesBody>,
 ) -> ApiResult<Response> {
     let b = b.unwrap_or_default();
+    check_no_nul(b.prefix.iter().flatten(), "prefix")?;
+    check_no_nul(b.suffix.iter().flatten(), "suffix")?;
     let ns = app
         .store
         .list_namespaces(&NamespaceQuery {

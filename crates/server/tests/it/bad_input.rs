@@ -602,3 +602,152 @@ async fn stored_out_of_range_ttl_breaks_nothing(db: Db) {
     assert_eq!(s, 200, "{v}");
     app.stop().await;
 }
+
+// ------------------------------------------------------------- NUL in JSON filter keys
+
+backends!(nul_in_filter_keys_matches_like_any_key);
+
+/// A filter key with a NUL character is a key like any other: it matches the rows stored
+/// with it and nothing else, on every JSON filter of every resource (SQLite builds JSON
+/// paths from keys, which cannot hold a NUL).
+async fn nul_in_filter_keys_matches_like_any_key(db: Db) {
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    let nul = "a\u{0}b";
+    let (s, t) = app
+        .post_json("/threads", json!({"metadata": {nul: 1, "kind": "nul"}}))
+        .await;
+    assert_eq!(s, 200, "{t}");
+    let tid = t["thread_id"].as_str().unwrap().to_string();
+    let other = app.create_thread().await;
+    let (s, v) = app
+        .post_json(
+            &format!("/threads/{tid}/state"),
+            json!({"values": user_input("hi")}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let (s, v) = app
+        .post_json(
+            "/assistants",
+            json!({"graph_id": "lead_agent", "metadata": {nul: 1}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let aid = v["assistant_id"].as_str().unwrap().to_string();
+    let (s, v) = app
+        .post_json(
+            &format!("/threads/{other}/runs/crons"),
+            json!({"assistant_id": "lead_agent", "schedule": "0 0 1 1 *", "metadata": {"c": 1}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let r = app
+        .client
+        .put(app.u("/store/items"))
+        .json(&json!({"namespace": ["ns"], "key": "k", "value": {nul: 1, "x": 2}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204, "{}", r.text().await.unwrap());
+
+    let ids = |v: &Value, field: &str| -> Vec<String> {
+        v.as_array()
+            .unwrap_or_else(|| panic!("not a list: {v}"))
+            .iter()
+            .map(|x| x[field].as_str().unwrap().to_string())
+            .collect()
+    };
+    for key in [nul, "a\u{0}", "\u{0}", "a\u{0}c"] {
+        let hit = key == nul;
+        let (s, v) = app
+            .post_json("/threads/search", json!({"metadata": {key: 1}}))
+            .await;
+        assert_eq!(s, 200, "{key:?}: {v}");
+        let expected: Vec<String> = if hit { vec![tid.clone()] } else { vec![] };
+        assert_eq!(ids(&v, "thread_id"), expected, "{key:?}");
+        let (s, v) = app
+            .post_json("/threads/count", json!({"metadata": {key: 1}}))
+            .await;
+        assert_eq!((s, v), (200, json!(usize::from(hit))), "{key:?}");
+        for body in [
+            json!({"values": {key: 1}}),
+            json!({"values": {key: {"x": 1}}}),
+            json!({"metadata": {key: [1]}}),
+        ] {
+            let (s, v) = app.post_json("/threads/search", body.clone()).await;
+            assert_eq!((s, &v), (200, &json!([])), "{body}");
+            let (s, v) = app.post_json("/threads/count", body.clone()).await;
+            assert_eq!((s, &v), (200, &json!(0)), "{body}");
+        }
+        let (s, v) = app
+            .post_json("/assistants/search", json!({"metadata": {key: 1}}))
+            .await;
+        assert_eq!(s, 200, "{key:?}: {v}");
+        let expected: Vec<String> = if hit { vec![aid.clone()] } else { vec![] };
+        assert_eq!(ids(&v, "assistant_id"), expected, "{key:?}");
+        let (s, v) = app
+            .post_json("/assistants/count", json!({"metadata": {key: 1}}))
+            .await;
+        assert_eq!((s, v), (200, json!(usize::from(hit))), "{key:?}");
+        let (s, v) = app
+            .post_json("/runs/crons/search", json!({"metadata": {key: 1}}))
+            .await;
+        assert_eq!((s, &v), (200, &json!([])), "{key:?}");
+        let (s, v) = app
+            .post_json("/runs/crons/count", json!({"metadata": {key: 1}}))
+            .await;
+        assert_eq!((s, v), (200, json!(0)), "{key:?}");
+        let (s, v) = app
+            .post_json(
+                &format!("/threads/{tid}/history"),
+                json!({"metadata": {key: 1}}),
+            )
+            .await;
+        assert_eq!((s, &v), (200, &json!([])), "{key:?}");
+        let (s, v) = app
+            .post_json(
+                "/store/items/search",
+                json!({"namespace_prefix": ["ns"], "filter": {key: 1}}),
+            )
+            .await;
+        assert_eq!(s, 200, "{key:?}: {v}");
+        assert_eq!(
+            v["items"].as_array().unwrap().len(),
+            usize::from(hit),
+            "{key:?}: {v}"
+        );
+        // Namespace labels are stored as text, which cannot hold a NUL on Postgres: they
+        // are refused everywhere, like labels with a period.
+        for (method, path, body) in [
+            ("POST", "/store/namespaces", json!({"prefix": [key]})),
+            ("POST", "/store/namespaces", json!({"suffix": ["ns", key]})),
+            (
+                "POST",
+                "/store/items/search",
+                json!({"namespace_prefix": [key]}),
+            ),
+            (
+                "PUT",
+                "/store/items",
+                json!({"namespace": ["ns", key], "key": "k", "value": {}}),
+            ),
+            (
+                "DELETE",
+                "/store/items",
+                json!({"namespace": [key], "key": "k"}),
+            ),
+        ] {
+            expect_error(&app, method, path, Some(body), 422, "NUL").await;
+        }
+        let path = format!("/store/items?namespace=ns.{}&key=k", "a%00b");
+        expect_error(&app, "GET", &path, None, 422, "NUL").await;
+    }
+    let (s, v) = app.post_json("/store/namespaces", json!({})).await;
+    assert_eq!((s, v), (200, json!({"namespaces": [["ns"]]})));
+    // Still serving, unfiltered listings intact.
+    let (s, v) = app.post_json("/threads/count", json!({})).await;
+    assert_eq!((s, v), (200, json!(2)));
+    app.stop().await;
+}
