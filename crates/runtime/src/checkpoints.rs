@@ -6,7 +6,7 @@
 
 use crate::kwargs::Durability;
 use fawn_agent::PendingTask;
-use fawn_checkpoint::{JsonMap, NewCheckpoint, Persistence, Run, TaskRecord, Thread};
+use fawn_checkpoint::{JsonMap, NewCheckpoint, Persistence, Run, TaskRecord};
 use fawn_state::ThreadState;
 use serde_json::json;
 use std::sync::{Arc, Mutex};
@@ -35,11 +35,12 @@ pub fn run_base_metadata(run: &Run, graph_id: &str) -> JsonMap {
     m
 }
 
-/// What a state update's checkpoint carries: the thread's graph and assistant.
-pub fn update_base_metadata(thread: &Thread) -> JsonMap {
+/// What a state update's checkpoint carries: the graph and assistant of the thread's
+/// metadata.
+pub fn update_base_metadata(thread_metadata: &JsonMap) -> JsonMap {
     let mut m = JsonMap::new();
     for k in ["graph_id", "assistant_id"] {
-        if let Some(v) = thread.metadata.get(k) {
+        if let Some(v) = thread_metadata.get(k) {
             m.insert(k.into(), v.clone());
         }
     }

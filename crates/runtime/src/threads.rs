@@ -7,8 +7,8 @@ use crate::graphs::LEAD_AGENT;
 use crate::runtime::{Rt, Runtime};
 use bytes::Bytes;
 use fawn_checkpoint::{
-    CancelAction, CancelTarget, NewCheckpoint, PruneStrategy, RunQuery, TaskRecord, Thread,
-    ThreadSummary,
+    CancelAction, CancelTarget, Checkpoint, IfExists, JsonMap, NewCheckpoint, NewThread,
+    PruneStrategy, RunQuery, StoreError, TaskRecord, Thread, ThreadSummary,
 };
 use fawn_state::{StateUpdate, ThreadState};
 use serde_json::{Map, Value};
@@ -101,10 +101,13 @@ pub async fn prune_threads(
     Ok(n)
 }
 
-/// The graph a thread belongs to (`metadata.graph_id`; the lead agent when unset).
-fn thread_graph(rt: &Runtime, thread: &Thread) -> Result<Arc<dyn fawn_agent::GraphRunner>> {
-    let graph_id = thread
-        .metadata
+/// The graph of a thread with `metadata` (`metadata.graph_id`; the lead agent when unset).
+fn thread_graph(
+    rt: &Runtime,
+    thread_id: &str,
+    metadata: &JsonMap,
+) -> Result<Arc<dyn fawn_agent::GraphRunner>> {
+    let graph_id = metadata
         .get("graph_id")
         .and_then(Value::as_str)
         .map(str::to_string)
@@ -115,8 +118,7 @@ fn thread_graph(rt: &Runtime, thread: &Thread) -> Result<Arc<dyn fawn_agent::Gra
         });
     let Some(graph_id) = graph_id else {
         return Err(RuntimeError::rejected(format!(
-            "Thread '{}' has no assigned graph ID. This usually happens when no runs have been made on this thread. Please create a run first or set metadata.graph_id.",
-            thread.thread_id
+            "Thread '{thread_id}' has no assigned graph ID. This usually happens when no runs have been made on this thread. Please create a run first or set metadata.graph_id."
         )));
     };
     rt.graphs
@@ -146,6 +148,108 @@ pub fn parse_update_values(values: Value) -> Result<Vec<StateUpdate>> {
     Ok(writes)
 }
 
+/// One state update: `values` written as node `as_node` would write them (`None`: a
+/// manual edit).
+#[derive(Clone, Debug, Default)]
+pub struct StateWrite {
+    pub values: Value,
+    pub as_node: Option<String>,
+}
+
+/// The checkpoints (source `update`) that `updates` write, in order, on top of `base` (the
+/// thread's empty state when `None`): the first the child of `base`, each later one the
+/// child of the one before. Every update is checked (its values, its node in `graph`)
+/// before anything is written; the first that fails is the error.
+fn plan_updates(
+    graph: &dyn fawn_agent::GraphRunner,
+    thread_id: &str,
+    thread_metadata: &JsonMap,
+    ns: &str,
+    base: Option<&Checkpoint>,
+    updates: Vec<StateWrite>,
+) -> Result<Vec<NewCheckpoint>> {
+    let base_metadata = crate::checkpoints::update_base_metadata(thread_metadata);
+    let mut state: ThreadState = base.map(|c| (*c.state).clone()).unwrap_or_default();
+    let mut step = base.and_then(|c| c.metadata.get("step").and_then(Value::as_i64));
+    let mut chain = Vec::with_capacity(updates.len());
+    for update in updates {
+        let mut writes = parse_update_values(update.values)?;
+        state
+            .apply_writes(&mut writes)
+            .map_err(|e| RuntimeError::rejected(e.to_string()))?;
+        let next = graph
+            .next_after_update(update.as_node.as_deref(), &state)
+            .map_err(|e| RuntimeError::rejected(e.to_string()))?;
+        let this_step = step.map(|s| s + 1).unwrap_or(-1);
+        step = Some(this_step);
+        let node = update.as_node.unwrap_or_else(|| "__input__".to_string());
+        let tasks: Vec<TaskRecord> = next
+            .iter()
+            .map(|n| TaskRecord {
+                id: uuid::Uuid::new_v4().to_string(),
+                name: n.clone(),
+                interrupts: Vec::new(),
+                error: None,
+            })
+            .collect();
+        chain.push(NewCheckpoint {
+            thread_id: thread_id.to_string(),
+            checkpoint_ns: ns.to_string(),
+            parent_id: if chain.is_empty() {
+                base.map(|c| c.checkpoint_id.clone())
+            } else {
+                None
+            },
+            run_id: None,
+            metadata: crate::checkpoints::metadata(&base_metadata, "update", this_step),
+            writes: writes.into_iter().map(|w| (node.clone(), w)).collect(),
+            state: Arc::new(state.clone()),
+            next,
+            tasks,
+        });
+    }
+    Ok(chain)
+}
+
+/// Writes planned state-update checkpoints (all or none), then the thread's summary from
+/// the last; watchers of the thread see its values. Returns the checkpoints' ids.
+async fn write_updates(
+    rt: &Runtime,
+    thread_id: &str,
+    chain: Vec<NewCheckpoint>,
+) -> Result<Vec<String>> {
+    let Some(last) = chain.last() else {
+        return Ok(Vec::new());
+    };
+    let state = last.state.clone();
+    let has_next = !last.next.is_empty();
+    let ids = match <[NewCheckpoint; 1]>::try_from(chain) {
+        Ok([one]) => rt.store.put_checkpoint(one).await.map(|id| vec![id]),
+        Err(chain) => rt.store.put_checkpoints(chain).await,
+    }
+    .map_err(|e| RuntimeError::store("writing the state", e))?;
+    let values = serde_json::to_value(&*state).unwrap_or(Value::Null);
+    rt.store
+        .set_thread_summary(
+            thread_id,
+            ThreadSummary {
+                values: Some(values.clone()),
+                interrupts: Map::new(),
+                has_next,
+                error: None,
+                metadata: Map::new(),
+                config: None,
+            },
+        )
+        .await
+        .map_err(|e| RuntimeError::store("updating the thread", e))?;
+    rt.broker.hub.publish(
+        thread_id,
+        crate::broker::ThreadItem::StateUpdate(Bytes::from(values.to_string())),
+    );
+    Ok(ids)
+}
+
 /// Writes a checkpoint with source `update` applying `values` as node `as_node` would, on top
 /// of `base` (`(ns, checkpoint_id)`; the latest when `None`); returns its id. The thread's
 /// summary follows it and watchers of the thread see the new values.
@@ -156,7 +260,7 @@ pub async fn update_state(
     as_node: Option<String>,
     base: Option<(String, String)>,
 ) -> Result<String> {
-    let graph = thread_graph(rt, thread)?;
+    let graph = thread_graph(rt, &thread.thread_id, &thread.metadata)?;
     let (ns, base_id) = match &base {
         Some((ns, id)) => (ns.clone(), Some(id.clone())),
         None => (String::new(), None),
@@ -171,73 +275,124 @@ pub async fn update_state(
             "Checkpoint {id} not found"
         )));
     }
-    let mut writes = parse_update_values(values)?;
-    let mut state: ThreadState = base_cp
-        .as_ref()
-        .map(|c| (*c.state).clone())
-        .unwrap_or_default();
-    state
-        .apply_writes(&mut writes)
-        .map_err(|e| RuntimeError::rejected(e.to_string()))?;
-    let next = graph
-        .next_after_update(as_node.as_deref(), &state)
-        .map_err(|e| RuntimeError::rejected(e.to_string()))?;
-    let step = base_cp
-        .as_ref()
-        .and_then(|c| c.metadata.get("step").and_then(Value::as_i64))
-        .map(|s| s + 1)
-        .unwrap_or(-1);
-    let node = as_node.unwrap_or_else(|| "__input__".to_string());
-    let metadata = crate::checkpoints::metadata(
-        &crate::checkpoints::update_base_metadata(thread),
-        "update",
-        step,
-    );
-    let tasks: Vec<TaskRecord> = next
-        .iter()
-        .map(|n| TaskRecord {
-            id: uuid::Uuid::new_v4().to_string(),
-            name: n.clone(),
-            interrupts: Vec::new(),
-            error: None,
-        })
-        .collect();
-    let state = Arc::new(state);
-    let id = rt
-        .store
-        .put_checkpoint(NewCheckpoint {
-            thread_id: thread.thread_id.clone(),
-            checkpoint_ns: ns,
-            parent_id: base_cp.as_ref().map(|c| c.checkpoint_id.clone()),
-            run_id: None,
-            metadata,
-            writes: writes.into_iter().map(|w| (node.clone(), w)).collect(),
-            state: state.clone(),
-            next: next.clone(),
-            tasks,
-        })
-        .await
-        .map_err(|e| RuntimeError::store("writing the state", e))?;
-    let values = serde_json::to_value(&*state).unwrap_or(Value::Null);
-    rt.store
-        .set_thread_summary(
-            &thread.thread_id,
-            ThreadSummary {
-                values: Some(values.clone()),
-                interrupts: Map::new(),
-                has_next: !next.is_empty(),
-                error: None,
-                metadata: Map::new(),
-                config: None,
-            },
-        )
-        .await
-        .map_err(|e| RuntimeError::store("updating the thread", e))?;
-    rt.broker.hub.publish(
+    let chain = plan_updates(
+        &*graph,
         &thread.thread_id,
-        crate::broker::ThreadItem::StateUpdate(Bytes::from(values.to_string())),
-    );
-    Ok(id)
+        &thread.metadata,
+        &ns,
+        base_cp.as_ref(),
+        vec![StateWrite { values, as_node }],
+    )?;
+    write_updates(rt, &thread.thread_id, chain)
+        .await?
+        .pop()
+        .ok_or_else(|| RuntimeError::rejected("No state update to write"))
+}
+
+/// Applies `updates` (one checkpoint each, in order) on top of an existing thread's latest
+/// state, all or nothing: every update is checked before any is written, and the
+/// checkpoints are written as one chain.
+async fn apply_updates(rt: &Runtime, thread: &Thread, updates: Vec<StateWrite>) -> Result<()> {
+    let graph = thread_graph(rt, &thread.thread_id, &thread.metadata)?;
+    let base = rt
+        .store
+        .get_checkpoint(&thread.thread_id, "", None)
+        .await
+        .map_err(|e| RuntimeError::store("loading the state", e))?;
+    let chain = plan_updates(
+        &*graph,
+        &thread.thread_id,
+        &thread.metadata,
+        "",
+        base.as_ref(),
+        updates,
+    )?;
+    write_updates(rt, &thread.thread_id, chain).await?;
+    Ok(())
+}
+
+async fn reload_thread(rt: &Runtime, thread_id: &str) -> Result<Thread> {
+    rt.store
+        .get_thread(thread_id)
+        .await
+        .map_err(|e| RuntimeError::store("loading the thread", e))?
+        .ok_or_else(|| RuntimeError::not_found(format!("Thread with ID {thread_id} not found")))
+}
+
+fn thread_exists(thread_id: &str) -> RuntimeError {
+    RuntimeError::conflict(format!("Thread with ID {thread_id} already exists"))
+}
+
+/// Creates a thread (`POST /threads`) and applies the updates of its `supersteps`, in
+/// order, one checkpoint each — all or nothing. Every update is checked against the
+/// thread's graph before the thread is created, so a bad one (an unknown node, values the
+/// state refuses) creates nothing; a storage failure after that deletes the new thread
+/// again. With `if_exists: do_nothing` on an existing thread the updates go on top of its
+/// state, also all or nothing.
+pub async fn create_thread(
+    rt: &Runtime,
+    mut new: NewThread,
+    supersteps: Vec<StateWrite>,
+) -> Result<Thread> {
+    let create_error = |e: StoreError, id: &str| match e {
+        StoreError::Conflict(_) => thread_exists(id),
+        other => RuntimeError::store("creating the thread", other),
+    };
+    if supersteps.is_empty() {
+        let id = new.thread_id.clone().unwrap_or_default();
+        return rt
+            .store
+            .create_thread(new)
+            .await
+            .map_err(|e| create_error(e, &id));
+    }
+    let thread_id = match new.thread_id.clone() {
+        Some(id) => id,
+        None => uuid::Uuid::now_v7().to_string(),
+    };
+    new.thread_id = Some(thread_id.clone());
+    let if_exists = new.if_exists;
+    if let Some(existing) = rt
+        .store
+        .get_thread(&thread_id)
+        .await
+        .map_err(|e| RuntimeError::store("loading the thread", e))?
+    {
+        if if_exists == IfExists::Raise {
+            return Err(thread_exists(&thread_id));
+        }
+        apply_updates(rt, &existing, supersteps).await?;
+        return reload_thread(rt, &thread_id).await;
+    }
+    // A new thread: its state starts empty, so every update is checked now.
+    let graph = thread_graph(rt, &thread_id, &new.metadata)?;
+    let chain = plan_updates(
+        &*graph,
+        &thread_id,
+        &new.metadata,
+        "",
+        None,
+        supersteps.clone(),
+    )?;
+    new.if_exists = IfExists::Raise;
+    match rt.store.create_thread(new).await {
+        Ok(_) => {}
+        Err(StoreError::Conflict(_)) if if_exists == IfExists::DoNothing => {
+            // Created by another request in the meantime: that one is the thread.
+            let existing = reload_thread(rt, &thread_id).await?;
+            apply_updates(rt, &existing, supersteps).await?;
+            return reload_thread(rt, &thread_id).await;
+        }
+        Err(e) => return Err(create_error(e, &thread_id)),
+    }
+    if let Err(e) = write_updates(rt, &thread_id, chain).await {
+        // The checks passed but storage failed: the thread must not stay half-written.
+        if let Err(d) = rt.store.delete_thread(&thread_id).await {
+            tracing::error!(%thread_id, error = %d, "a thread whose supersteps failed was not deleted");
+        }
+        return Err(e);
+    }
+    reload_thread(rt, &thread_id).await
 }
 
 /// Merges `metadata` into the metadata of the thread's latest checkpoint

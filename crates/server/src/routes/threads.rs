@@ -118,45 +118,29 @@ pub async fn create(
         metadata.insert("graph_id".into(), json!(g));
     }
     let ttl = parse_ttl(&b.ttl)?;
-    let t = app
-        .store
-        .create_thread(NewThread {
-            thread_id: thread_id.clone(),
+    let supersteps = b
+        .supersteps
+        .unwrap_or_default()
+        .into_iter()
+        .flat_map(|step| step.updates)
+        .map(|u| fawn_runtime::threads::StateWrite {
+            values: u.values,
+            as_node: u.as_node,
+        })
+        .collect();
+    let t = fawn_runtime::threads::create_thread(
+        &app,
+        NewThread {
+            thread_id,
             metadata,
             if_exists,
             ttl,
-        })
-        .await
-        .map_err(|e| match e {
-            fawn_checkpoint::StoreError::Conflict(_) => ApiError::conflict(format!(
-                "Thread with ID {} already exists",
-                thread_id.clone().unwrap_or_default()
-            )),
-            other => ApiError::store("creating the thread", other),
-        })?;
-    if let Some(steps) = b.supersteps {
-        for step in steps {
-            for u in step.updates {
-                let thread = load_thread(&app, &t.thread_id).await?;
-                if let Err(e) =
-                    fawn_runtime::threads::update_state(&app, &thread, u.values, u.as_node, None)
-                        .await
-                {
-                    return Ok((
-                        StatusCode::CREATED,
-                        Json(json!({"detail": ApiError::from(e).detail})),
-                    )
-                        .into_response());
-                }
-            }
-        }
-        let t = load_thread(&app, &t.thread_id).await?;
-        return Ok(wire::ok(&wire::thread(&t)));
-    }
+        },
+        supersteps,
+    )
+    .await?;
     Ok(wire::ok(&wire::thread(&t)))
 }
-
-use axum::Json;
 
 pub async fn get_one(
     State(app): State<AppState>,

@@ -751,3 +751,151 @@ async fn nul_in_filter_keys_matches_like_any_key(db: Db) {
     assert_eq!((s, v), (200, json!(2)));
     app.stop().await;
 }
+
+// ------------------------------------------------------------------ thread supersteps
+
+backends!(supersteps_with_an_unknown_node_create_nothing);
+
+/// `POST /threads` with supersteps is all or nothing: a superstep the state-update route
+/// would refuse (an unknown node, bad values) is a 4xx and leaves no thread, no
+/// checkpoint; on an existing thread (`if_exists: do_nothing`) it leaves the state as it
+/// was.
+async fn supersteps_with_an_unknown_node_create_nothing(db: Db) {
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    let given = uuid::Uuid::new_v4().to_string();
+    let good = json!({"updates": [{"values": user_input("one"), "as_node": "__input__"}]});
+    let cases = [
+        (
+            json!({"supersteps": [{"updates": [{"values": {}, "as_node": "nope"}]}]}),
+            400,
+            "nope",
+        ),
+        (
+            json!({"thread_id": given, "supersteps": [good, {"updates": [{"values": {}, "as_node": "nope"}]}]}),
+            400,
+            "nope",
+        ),
+        (
+            json!({"thread_id": given, "if_exists": "do_nothing",
+                   "supersteps": [good, {"updates": [{"values": {"messages": 5}}]}]}),
+            422,
+            "values",
+        ),
+    ];
+    for (body, status, detail) in &cases {
+        expect_error(
+            &app,
+            "POST",
+            "/threads",
+            Some(body.clone()),
+            *status,
+            detail,
+        )
+        .await;
+    }
+    let (_, n) = app.post_json("/threads/count", json!({})).await;
+    assert_eq!(n, json!(0), "a refused request left a thread");
+    expect_error(
+        &app,
+        "GET",
+        &format!("/threads/{given}"),
+        None,
+        404,
+        "not found",
+    )
+    .await;
+
+    // Good supersteps on a new thread: one checkpoint per update.
+    let (s, t) = app
+        .post_json(
+            "/threads",
+            json!({"thread_id": given, "supersteps": [good, {"updates": [{"values": {}, "as_node": "agent"}]}]}),
+        )
+        .await;
+    assert_eq!(s, 200, "{t}");
+    assert_eq!(t["thread_id"], given.as_str());
+    assert_eq!(t["values"]["messages"][0]["content"], "one", "{t}");
+    let (_, h) = app
+        .post_json(&format!("/threads/{given}/history"), json!({}))
+        .await;
+    assert_eq!(h.as_array().unwrap().len(), 2, "{h}");
+
+    // On an existing thread a bad superstep leaves its state alone.
+    let (_, state_before) = app.get_json(&format!("/threads/{given}/state")).await;
+    expect_error(
+        &app,
+        "POST",
+        "/threads",
+        Some(json!({"thread_id": given, "if_exists": "do_nothing",
+                    "supersteps": [good, {"updates": [{"values": {}, "as_node": "nope"}]}]})),
+        400,
+        "nope",
+    )
+    .await;
+    let (_, state_after) = app.get_json(&format!("/threads/{given}/state")).await;
+    assert_eq!(state_after, state_before);
+    let (_, h) = app
+        .post_json(&format!("/threads/{given}/history"), json!({}))
+        .await;
+    assert_eq!(h.as_array().unwrap().len(), 2, "{h}");
+    // `raise` on an existing thread is a conflict, also with supersteps.
+    expect_error(
+        &app,
+        "POST",
+        "/threads",
+        Some(json!({"thread_id": given, "supersteps": [good]})),
+        409,
+        "already exists",
+    )
+    .await;
+    let (_, n) = app.post_json("/threads/count", json!({})).await;
+    assert_eq!(n, json!(1));
+    app.stop().await;
+}
+
+backends!(supersteps_that_fail_to_store_leave_no_thread);
+
+/// Supersteps that pass every check but cannot be stored (a database failure, injected
+/// with a trigger) leave no thread behind: the request fails as a whole.
+async fn supersteps_that_fail_to_store_leave_no_thread(db: Db) {
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    match db {
+        Db::Sqlite => {
+            app.db
+                .exec(
+                    "CREATE TRIGGER fail_checkpoints BEFORE INSERT ON checkpoints \
+                     BEGIN SELECT RAISE(ABORT, 'injected failure'); END;",
+                )
+                .await
+        }
+        Db::Postgres => {
+            app.db
+                .exec(
+                    "CREATE FUNCTION {schema}.fail_checkpoints() RETURNS trigger \
+                     LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'injected failure'; END $$; \
+                     CREATE TRIGGER fail_checkpoints BEFORE INSERT ON {schema}.checkpoints \
+                     FOR EACH ROW EXECUTE FUNCTION {schema}.fail_checkpoints();",
+                )
+                .await
+        }
+    }
+    let given = uuid::Uuid::new_v4().to_string();
+    let one = json!({"updates": [{"values": user_input("one"), "as_node": "__input__"}]});
+    let two = json!({"updates": [{"values": {}, "as_node": "agent"}]});
+    for steps in [json!([one]), json!([one, two])] {
+        let (s, v) = app
+            .post_json("/threads", json!({"thread_id": given, "supersteps": steps}))
+            .await;
+        assert_eq!(s, 500, "{v}");
+        assert!(v["detail"].is_string(), "{v}");
+        let (s, _) = app.get_json(&format!("/threads/{given}")).await;
+        assert_eq!(s, 404, "a thread whose supersteps failed was left behind");
+    }
+    let (_, n) = app.post_json("/threads/count", json!({})).await;
+    assert_eq!(n, json!(0));
+    app.stop().await;
+}
