@@ -1,7 +1,8 @@
 //! Request extraction with the leniency the SDKs need and the error envelope they expect:
 //! bodies parsed as JSON whatever the `Content-Type` says, oversized bodies → 413, malformed
 //! JSON → 400, wrong shapes → 422 naming the field; query strings that accept both the
-//! Python (repeated keys) and JS (JSON arrays, `"1"`/`"0"`) encodings; UUID path params.
+//! Python (repeated keys) and JS (JSON arrays, `"1"`/`"0"`) encodings; path parameters
+//! whose rejections are the envelope too; UUID path params.
 
 use crate::error::ApiError;
 use axum::body::Bytes;
@@ -246,6 +247,47 @@ pub fn parse_bool(v: &str) -> Option<bool> {
         "true" | "1" | "yes" | "on" | "t" | "y" => Some(true),
         "false" | "0" | "no" | "off" | "f" | "n" | "" => Some(false),
         _ => None,
+    }
+}
+
+/// Path parameters, like axum's `Path`, but with its rejections in the error envelope: a
+/// parameter that is not UTF-8 once percent-decoded (`/threads/%FF`), or that does not
+/// parse, is a 422 `{"detail": …}` like any other invalid id. (A route whose parameters do
+/// not fit the handler is a bug of ours: a logged 500.) Handlers use this one, never
+/// axum's (clippy's `disallowed-types` says so).
+#[derive(Debug, Clone)]
+pub struct Path<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for Path<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned + Send,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        #[allow(clippy::disallowed_types)]
+        let extracted = axum::extract::Path::<T>::from_request_parts(parts, state).await;
+        match extracted {
+            Ok(p) => Ok(Path(p.0)),
+            Err(rejection) => Err(path_rejection(rejection)),
+        }
+    }
+}
+
+fn path_rejection(rejection: axum::extract::rejection::PathRejection) -> ApiError {
+    use axum::extract::path::ErrorKind;
+    use axum::extract::rejection::PathRejection;
+    match rejection {
+        PathRejection::FailedToDeserializePathParams(e) if !e.status().is_server_error() => {
+            match e.into_kind() {
+                ErrorKind::InvalidUtf8InPathParam { key } => ApiError::unprocessable(format!(
+                    "Invalid path parameter `{key}`: not valid UTF-8"
+                )),
+                other => ApiError::unprocessable(format!("Invalid path parameter: {other}")),
+            }
+        }
+        other => ApiError::internal("extracting path parameters", other.body_text()),
     }
 }
 

@@ -3,8 +3,9 @@
 
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
+use crate::extract::Path;
 use crate::wire::ok;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::Response;
 use fawn_llm::ModelInfo;
 use serde_json::{Value, json};

@@ -7,9 +7,9 @@
 
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::JsonBody;
+use crate::extract::{JsonBody, Path};
 use crate::wire::ok;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use fawn_memory::model::CATEGORIES;

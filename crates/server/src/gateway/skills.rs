@@ -6,9 +6,9 @@
 
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::JsonBody;
+use crate::extract::{JsonBody, Path};
 use crate::wire::ok;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::Response;
 use fawn_tools::skills::{Skill, SkillCategory};
 use serde::Deserialize;

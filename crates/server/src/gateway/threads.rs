@@ -15,10 +15,10 @@
 use super::thread_param;
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{JsonBody, Query};
+use crate::extract::{JsonBody, Path, Query};
 use crate::routes::threads::load_thread;
 use crate::wire::ok;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::Response;
 use fawn_checkpoint::RunQuery;
 use fawn_state::{Message, MessageKind, Messages, ThreadState};

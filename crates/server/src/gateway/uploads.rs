@@ -28,9 +28,10 @@
 use super::thread_param;
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
+use crate::extract::Path;
 use crate::wire::ok;
+use axum::extract::State;
 use axum::extract::multipart::{Field, Multipart, MultipartError, MultipartRejection};
-use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use fawn_sandbox::{Sandbox, SandboxError, SandboxProvider, VIRTUAL_UPLOADS};

@@ -2,9 +2,9 @@
 
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{JsonBody, OptionalJsonBody, Query, uuid_param};
+use crate::extract::{JsonBody, OptionalJsonBody, Path, Query, uuid_param};
 use crate::wire;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use fawn_checkpoint::{

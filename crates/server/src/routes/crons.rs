@@ -2,11 +2,11 @@
 
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{JsonBody, OptionalJsonBody, uuid_param};
+use crate::extract::{JsonBody, OptionalJsonBody, Path, uuid_param};
 use crate::routes::assistants::{paginated, sort_order};
 use crate::routes::threads::load_thread;
 use crate::wire;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};

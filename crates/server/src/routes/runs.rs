@@ -3,7 +3,7 @@
 
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{JsonBody, Prefix, Query, config_headers, header_str, uuid_param};
+use crate::extract::{JsonBody, Path, Prefix, Query, config_headers, header_str, uuid_param};
 use crate::routes::threads::load_thread;
 use crate::sse::{
     DisconnectGuard, Liveness, ThreadModes, run_stream_body, single_event_body, sse_headers,
@@ -11,7 +11,7 @@ use crate::sse::{
 };
 use crate::wire;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;

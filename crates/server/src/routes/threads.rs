@@ -2,10 +2,10 @@
 
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{JsonBody, OptionalJsonBody, Query, header_str, uuid_param};
+use crate::extract::{JsonBody, OptionalJsonBody, Path, Query, header_str, uuid_param};
 use crate::routes::assistants::{paginated, sort_order};
 use crate::wire;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use fawn_checkpoint::{

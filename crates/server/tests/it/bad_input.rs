@@ -899,3 +899,54 @@ async fn supersteps_that_fail_to_store_leave_no_thread(db: Db) {
     assert_eq!(n, json!(0));
     app.stop().await;
 }
+
+// --------------------------------------------------------------------- path parameters
+
+/// Path parameters that are not UTF-8 once percent-decoded get the JSON envelope and a
+/// 422, like any other invalid id, on the LangGraph routes and the gateway's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn non_utf8_path_params_get_the_json_envelope() {
+    let app = spawn_app(Db::Sqlite).await.unwrap();
+    let tid = app.create_thread().await;
+    let cases = [
+        ("GET", "/threads/%FF%FE".to_string()),
+        ("GET", "/assistants/%C3%28".to_string()),
+        ("GET", "/api/langgraph/threads/%FF".to_string()),
+        ("PATCH", "/threads/%FF".to_string()),
+        ("DELETE", "/threads/%FF".to_string()),
+        ("GET", "/threads/%FF/state".to_string()),
+        ("GET", format!("/threads/{tid}/state/%FF")),
+        ("GET", format!("/threads/{tid}/runs/%FF")),
+        ("POST", format!("/threads/{tid}/runs/%FF/cancel")),
+        ("GET", "/runs/%FF/stream".to_string()),
+        ("GET", "/runs/crons/%FF".to_string()),
+        ("GET", "/assistants/%FF/subgraphs/%FE".to_string()),
+        ("GET", "/api/threads/%FF/uploads/list".to_string()),
+        ("DELETE", format!("/api/threads/{tid}/uploads/%FF")),
+        ("GET", format!("/api/threads/{tid}/artifacts/mnt/%FF")),
+        ("GET", "/api/skills/%FF".to_string()),
+        ("GET", "/api/models/%FF".to_string()),
+        ("DELETE", "/api/memory/facts/%FF".to_string()),
+        ("GET", "/api/threads/%FF/token-usage".to_string()),
+    ];
+    for (method, path) in &cases {
+        let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let r = app.client.request(m, app.u(path)).send().await.unwrap();
+        let status = r.status().as_u16();
+        let ct = r
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default();
+        let text = r.text().await.unwrap();
+        let v: Value = serde_json::from_str(&text)
+            .unwrap_or_else(|_| panic!("{method} {path}: {status} not JSON: {text}"));
+        assert!(ct.starts_with("application/json"), "{method} {path}: {ct}");
+        let detail = v["detail"].as_str().unwrap_or_default();
+        assert_eq!(status, 422, "{method} {path}: {text}");
+        assert!(detail.contains("UTF-8"), "{method} {path}: {detail}");
+    }
+    let (_, ok) = app.get_json("/ok").await;
+    assert_eq!(ok["ok"], true);
+    app.stop().await;
+}
