@@ -5,7 +5,9 @@
 //!
 //! * **Names**: the multipart filename is reduced to its last `/` segment
 //!   (`../../etc/passwd` → `passwd`); empty names, `.`, `..`, names with a backslash or a
-//!   control character and names over 255 bytes are dropped (logged, not reported).
+//!   control character, names over 255 bytes and staging names are dropped: logged, and
+//!   reported in `skipped_files` under the name the client sent (`success: false`), as
+//!   DeerFlow does.
 //!   Several parts with one name in a request become `name.ext`, `name_1.ext`, `name_2.ext`
 //!   (`original_filename` tells the renamed ones); a file already on disk is replaced.
 //! * **Limits** (`uploads:` in config.yaml): more than `max_files` file parts, one file over
@@ -251,6 +253,7 @@ pub async fn upload(
     let sandbox = thread_sandbox(&app, &thread_id).await?;
     let dir = sandbox.paths().uploads.clone();
     let mut staged: Vec<Staged> = Vec::new();
+    let mut skipped: Vec<String> = Vec::new();
     let mut used: HashSet<String> = HashSet::new();
     let mut parts = 0usize;
     let mut total: u64 = 0;
@@ -278,7 +281,8 @@ pub async fn upload(
             )));
         }
         let Some(original) = normalize_filename(&raw_name) else {
-            tracing::warn!(filename = ?raw_name, %thread_id, "upload with an unsafe file name dropped");
+            tracing::warn!(filename = ?raw_name, %thread_id, "upload with an unsafe file name skipped");
+            skipped.push(raw_name);
             continue;
         };
         let mut field = field;
@@ -335,14 +339,15 @@ pub async fn upload(
     if parts == 0 {
         return Err(ApiError::bad_request("No files provided"));
     }
-    publish(&thread_id, &dir, staged).await
+    publish(&thread_id, &dir, staged, skipped).await
 }
 
-/// Renames the staged files onto their names.
+/// Renames the staged files onto their names. `skipped`: the names already dropped.
 async fn publish(
     thread_id: &str,
     dir: &std::path::Path,
     staged: Vec<Staged>,
+    mut skipped: Vec<String>,
 ) -> ApiResult<Response> {
     match tokio::fs::symlink_metadata(dir).await {
         Ok(m) if m.is_dir() => {}
@@ -355,7 +360,6 @@ async fn publish(
         }
     }
     let mut files: Vec<Value> = Vec::new();
-    let mut skipped: Vec<String> = Vec::new();
     for (i, s) in staged.iter().enumerate() {
         let dest = dir.join(&s.name);
         let unsafe_dest = match tokio::fs::symlink_metadata(&dest).await {

@@ -950,3 +950,80 @@ async fn non_utf8_path_params_get_the_json_envelope() {
     assert_eq!(ok["ok"], true);
     app.stop().await;
 }
+
+// ------------------------------------------------------------------------ upload names
+
+/// A multipart body with one `files` part per `(filename, data)`.
+fn multipart(parts: &[(&str, &[u8])]) -> (String, Vec<u8>) {
+    let boundary = "fawn-bad-input-boundary-41c2";
+    let mut body = Vec::new();
+    for (name, data) in parts {
+        body.extend_from_slice(
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        body.extend_from_slice(data);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
+/// Upload parts whose names are dropped (empty, `.`, `..`, backslashes, control
+/// characters, over 255 bytes, staging names) are reported in `skipped_files` under the
+/// name the client sent, as DeerFlow does, and `success` is false; the other files of the
+/// request are stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_upload_names_are_reported_in_skipped_files() {
+    let app = spawn_app(Db::Sqlite).await.unwrap();
+    let tid = "skipped-names";
+    let long = "x".repeat(256);
+    let dropped = [
+        "..",
+        "a\\..\\..\\x",
+        "",
+        ".",
+        "dir/..",
+        "tab\there",
+        long.as_str(),
+        ".upload-0123.part",
+    ];
+    let mut parts: Vec<(&str, &[u8])> = dropped.iter().map(|n| (*n, &b"x"[..])).collect();
+    parts.insert(2, ("kept.txt", b"kept"));
+    let (ct, body) = multipart(&parts);
+    let r = app
+        .client
+        .post(app.u(&format!("/api/threads/{tid}/uploads")))
+        .header("content-type", ct)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["success"], false, "{v}");
+    assert_eq!(v["skipped_files"], json!(dropped), "{v}");
+    assert_eq!(v["files"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["files"][0]["filename"], "kept.txt");
+    assert_eq!(
+        v["message"],
+        format!(
+            "Successfully uploaded 1 file(s); skipped {} unsafe file(s)",
+            dropped.len()
+        )
+    );
+    let dir = app
+        .home
+        .join("users/default/threads")
+        .join(tid)
+        .join("user-data/uploads");
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["kept.txt"]);
+    app.stop().await;
+}

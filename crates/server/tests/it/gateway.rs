@@ -364,7 +364,7 @@ async fn uploads_follow_deerflow_rules() {
         .uid();
     assert_eq!(std::fs::metadata(dir.join("passwd")).unwrap().uid(), owner);
 
-    // Unsafe names are dropped silently (not in skipped_files).
+    // Unsafe names are dropped and reported in skipped_files as sent.
     let long = "x".repeat(256);
     let (s, v) = upload(
         &app,
@@ -373,9 +373,9 @@ async fn uploads_follow_deerflow_rules() {
     )
     .await;
     assert_eq!(s, 200, "{v}");
-    assert_eq!(v["success"], true);
+    assert_eq!(v["success"], false);
     assert_eq!(v["files"], json!([]));
-    assert_eq!(v["skipped_files"], json!([]));
+    assert_eq!(v["skipped_files"], json!([".", "..", "a\\b.txt", long]));
     assert_eq!(names_in(&dir).len(), 4);
 
     // Limits: nothing of a rejected request stays on disk (staged files included).
