@@ -602,6 +602,11 @@ fn migrator(dialect: Dialect) -> Migrator {
                 "drop checkpoints_parent",
                 include_str!("../../../../migrations/sqlite/0002_drop_checkpoints_parent.sql"),
             ),
+            (
+                3,
+                "clear out-of-range ttls",
+                include_str!("../../../../migrations/sqlite/0003_clear_out_of_range_ttls.sql"),
+            ),
         ],
         Dialect::Postgres => &[
             (
@@ -633,6 +638,11 @@ fn migrator(dialect: Dialect) -> Migrator {
                 6,
                 "finish run function",
                 include_str!("../../../../migrations/postgres/0006_finish_run_function.sql"),
+            ),
+            (
+                7,
+                "clear out-of-range ttls",
+                include_str!("../../../../migrations/postgres/0007_clear_out_of_range_ttls.sql"),
             ),
         ],
     };

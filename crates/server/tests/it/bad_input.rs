@@ -408,7 +408,8 @@ async fn expect_error(
 
 backends!(
     thread_ttl_out_of_range_is_422,
-    stored_out_of_range_ttl_breaks_nothing
+    stored_out_of_range_ttl_breaks_nothing,
+    the_ttl_migration_clears_what_the_unbounded_server_stored
 );
 
 /// A TTL must be a positive, finite number of minutes of at most 100 years, on create and
@@ -1025,5 +1026,53 @@ async fn dropped_upload_names_are_reported_in_skipped_files() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(names, ["kept.txt"]);
+    app.stop().await;
+}
+
+/// Migration 0007 (Postgres) / 0003 (SQLite) turns the out-of-range TTLs the unbounded
+/// server stored into "no TTL", so the run functions no longer overflow on them; valid TTLs
+/// stay.
+async fn the_ttl_migration_clears_what_the_unbounded_server_stored(db: Db) {
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    let bad = app.create_thread().await;
+    let (s, good) = app
+        .post_json(
+            "/threads",
+            json!({"ttl": {"strategy": "delete", "ttl": 60}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{good}");
+    let good = good["thread_id"].as_str().unwrap().to_string();
+    let (prefix, migration) = match db {
+        Db::Sqlite => (
+            "",
+            include_str!("../../../../migrations/sqlite/0003_clear_out_of_range_ttls.sql"),
+        ),
+        Db::Postgres => (
+            "SET search_path TO {schema}; ",
+            include_str!("../../../../migrations/postgres/0007_clear_out_of_range_ttls.sql"),
+        ),
+    };
+    app.db
+        .exec(&format!(
+            "{prefix}UPDATE threads SET ttl_minutes = 200000000000, ttl_strategy = 'delete', \
+             expires_at = NULL WHERE thread_id = '{bad}'"
+        ))
+        .await;
+    // Without the migration, Postgres answers this thread's runs with "bigint out of range".
+    app.db.exec(&format!("{prefix}{migration}")).await;
+    let (_, t) = app.get_json(&format!("/threads/{bad}?include=ttl")).await;
+    assert_eq!(t["ttl"], Value::Null, "{t}");
+    let (_, t) = app.get_json(&format!("/threads/{good}?include=ttl")).await;
+    assert_eq!(t["ttl"]["ttl"], json!(60.0), "{t}");
+    let (s, v) = app
+        .post_json(
+            &format!("/threads/{bad}/runs/wait"),
+            json!({"assistant_id": "lead_agent", "input": user_input("after")}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
     app.stop().await;
 }
