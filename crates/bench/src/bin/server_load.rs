@@ -10,12 +10,17 @@
 //!
 //! ```text
 //! cargo build --release -p fawn -p fawn-testkit -p fawn-bench
-//! target/release/server_load            # [--quick] [--sqlite-only | --pg-only]
+//! target/release/server_load            # [--quick] [--sqlite-only | --pg-only] [--workload deerflow]
 //! target/release/server_load --sqlite-only --only wait:1:2000 --only stream:16:4000
 //! ```
 //!
 //! `--only MODE:CONCURRENCY:RUNS` (repeatable) runs just those loads on one server, after a
 //! warm-up of 200 runs, and skips the RSS measurements: for profiling and A/B comparisons.
+//!
+//! `--workload deerflow` swaps today's minimal turn for the DeerFlow-shaped one: Fawn's
+//! config turns title generation on (`title.model_name` is the mock, so a title costs one
+//! more model call) and configures the file tools (`ls`, `read_file`, `glob`, `grep`,
+//! `write_file`, `str_replace`), which every model request then offers.
 //!
 //! SIGINT or SIGTERM stops the benchmark together with the servers and the mock it started.
 
@@ -87,6 +92,52 @@ fn free_port() -> Result<u16> {
         .port())
 }
 
+/// What one run does.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Workload {
+    /// Today's minimal turn: no title, no configured tools (the lead agent's built-ins only).
+    Minimal,
+    /// DeerFlow's shape: title generation on (one more model call per new thread) and the
+    /// file tools configured, so every model request offers them.
+    Deerflow,
+}
+
+impl Workload {
+    fn parse(s: &str) -> Result<Workload> {
+        match s {
+            "minimal" => Ok(Workload::Minimal),
+            "deerflow" => Ok(Workload::Deerflow),
+            other => bail!("unknown workload {other:?} (minimal or deerflow)"),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Workload::Minimal => "minimal",
+            Workload::Deerflow => "deerflow",
+        }
+    }
+
+    /// What this workload adds to Fawn's `config.yaml` after the model.
+    fn fawn_config(self) -> &'static str {
+        match self {
+            Workload::Minimal => "title:\n  enabled: false\nmemory:\n  enabled: false\n",
+            Workload::Deerflow => {
+                "title:\n  enabled: true\n  model_name: mock\nmemory:\n  enabled: false\n\
+                 tool_groups:\n  - name: file:read\n  - name: file:write\n\
+                 tools:\n\
+                 \x20 - name: ls\n    group: file:read\n    use: deerflow.sandbox.tools:ls_tool\n\
+                 \x20 - name: read_file\n    group: file:read\n    use: deerflow.sandbox.tools:read_file_tool\n\
+                 \x20 - name: glob\n    group: file:read\n    use: deerflow.sandbox.tools:glob_tool\n\
+                 \x20 - name: grep\n    group: file:read\n    use: deerflow.sandbox.tools:grep_tool\n\
+                 \x20 - name: write_file\n    group: file:write\n    use: deerflow.sandbox.tools:write_file_tool\n\
+                 \x20 - name: str_replace\n    group: file:write\n    use: deerflow.sandbox.tools:str_replace_tool\n\
+                 sandbox:\n  use: deerflow.sandbox.local:LocalSandboxProvider\n"
+            }
+        }
+    }
+}
+
 struct Server {
     _proc: Proc,
     url: String,
@@ -131,7 +182,11 @@ mod tempfile_dir {
     }
 }
 
-async fn start_server(mock_url: &str, postgres: Option<&str>) -> Result<Server> {
+async fn start_server(
+    mock_url: &str,
+    postgres: Option<&str>,
+    workload: Workload,
+) -> Result<Server> {
     let home = tempfile_dir::TempDir::new()?;
     let pg_schema = postgres.map(|url| {
         (
@@ -147,8 +202,8 @@ async fn start_server(mock_url: &str, postgres: Option<&str>) -> Result<Server> 
     };
     let config = format!(
         "models:\n  - name: mock\n    use: langchain_openai:ChatOpenAI\n    model: fawn-mock\n    \
-         base_url: {mock_url}\n    api_key: bench\n    max_retries: 0\n\
-         title:\n  enabled: false\nmemory:\n  enabled: false\n{db}"
+         base_url: {mock_url}\n    api_key: bench\n    max_retries: 0\n{}{db}",
+        workload.fawn_config()
     );
     let cfg = home.0.join("config.yaml");
     std::fs::write(&cfg, config)?;
@@ -407,10 +462,11 @@ async fn bench_only(
     name: &str,
     mock_url: &str,
     pg: Option<&str>,
+    workload: Workload,
     only: &[(Mode, usize, usize)],
 ) -> Result<()> {
     println!("== {name}");
-    let server = start_server(mock_url, pg).await?;
+    let server = start_server(mock_url, pg, workload).await?;
     load(&server, Mode::Wait, 16, 200).await?;
     for (mode, c, n) in only {
         load(&server, *mode, *c, *n).await?;
@@ -418,9 +474,15 @@ async fn bench_only(
     stop_server(server).await
 }
 
-async fn bench_backend(name: &str, mock_url: &str, pg: Option<&str>, quick: bool) -> Result<()> {
+async fn bench_backend(
+    name: &str,
+    mock_url: &str,
+    pg: Option<&str>,
+    workload: Workload,
+    quick: bool,
+) -> Result<()> {
     println!("== {name}");
-    let server = start_server(mock_url, pg).await?;
+    let server = start_server(mock_url, pg, workload).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     println!("  idle RSS {:.1} MB", rss_mb(server.pid)?);
     // The first runs pay one-time costs (pool connections, statement caches, allocator
@@ -437,7 +499,7 @@ async fn bench_backend(name: &str, mock_url: &str, pg: Option<&str>, quick: bool
         }
     }
     stop_server(server).await?;
-    let server = start_server(mock_url, pg).await?;
+    let server = start_server(mock_url, pg, workload).await?;
     let rss = threads_rss(&server, 10_000).await?;
     println!("  RSS after 10,000 threads {rss:.1} MB");
     stop_server(server).await?;
@@ -479,13 +541,20 @@ async fn run() -> Result<()> {
         .filter(|w| w[0] == "--only")
         .map(|w| parse_only(&w[1]))
         .collect::<Result<Vec<_>>>()?;
+    let workload = match args.windows(2).find(|w| w[0] == "--workload") {
+        Some(w) => Workload::parse(&w[1])?,
+        None => Workload::Minimal,
+    };
     let (_mock, mock_url) = start_mock()?;
     println!("mock LLM at {mock_url}");
+    if workload != Workload::Minimal {
+        println!("workload {}", workload.name());
+    }
     if !pg_only {
         if only.is_empty() {
-            bench_backend("sqlite", &mock_url, None, quick).await?;
+            bench_backend("sqlite", &mock_url, None, workload, quick).await?;
         } else {
-            bench_only("sqlite", &mock_url, None, &only).await?;
+            bench_only("sqlite", &mock_url, None, workload, &only).await?;
         }
     }
     if !sqlite_only {
@@ -494,9 +563,9 @@ async fn run() -> Result<()> {
             .ok();
         match pg {
             Some(url) if only.is_empty() => {
-                bench_backend("postgres", &mock_url, Some(&url), quick).await?
+                bench_backend("postgres", &mock_url, Some(&url), workload, quick).await?
             }
-            Some(url) => bench_only("postgres", &mock_url, Some(&url), &only).await?,
+            Some(url) => bench_only("postgres", &mock_url, Some(&url), workload, &only).await?,
             None => println!("== postgres: skipped (set BENCH_DATABASE_URL)"),
         }
     }
