@@ -22,11 +22,33 @@
 //! more model call) and configures the file tools (`ls`, `read_file`, `glob`, `grep`,
 //! `write_file`, `str_replace`), which every model request then offers.
 //!
+//! # Any LangGraph server
+//!
+//! `--target [NAME=]URL[@PID]` (repeatable) drives servers that are already running — Fawn
+//! or the official LangGraph server — with this same client and workload, instead of
+//! starting Fawn and the mock. Such servers must use a `fawn-mock-llm` started as
+//! [`MOCK_ARGS`] say (`--mode rules --tool present_files ...`). Runs name `--assistant ID`
+//! (default `lead_agent`; `--assistant NAME=ID` for one target, e.g. `official=agent`).
+//! With a PID (`@PID`, or `--target-pid PID` for a single target) the server CPU per run is
+//! the CPU of that process and all its descendants. Each target first gets a probe run
+//! checked for the workload's shape (the `present_files` call, the answer after it and, for
+//! `deerflow`, a title), then a warm-up (`--warmup N`, default 200 runs at c=16), then the
+//! `--only` loads (default `wait:16:500` and `stream:16:500`) for `--rounds N` rounds; each
+//! round runs each load on every target in turn, alternating which target goes first, and
+//! a summary adds the rounds up per target.
+//!
+//! ```text
+//! target/release/server_load --workload deerflow \
+//!     --target fawn=http://127.0.0.1:2024@$FAWN_PID \
+//!     --target official=http://127.0.0.1:2025@$OFFICIAL_PID --assistant official=agent
+//! ```
+//!
 //! SIGINT or SIGTERM stops the benchmark together with the servers and the mock it started.
 
 use anyhow::{Context, Result, bail};
 use futures::StreamExt;
 use serde_json::{Value, json};
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -57,20 +79,28 @@ fn bin(name: &str) -> Result<PathBuf> {
     Ok(p)
 }
 
+/// The mock LLM's script, the same for every server measured: after the user's message
+/// call `present_files`, after the tool result answer [`AFTER_TOOL`] (and echo anything
+/// else, such as a title request). Servers driven with `--target` must use a
+/// `fawn-mock-llm` started with these arguments.
+const MOCK_ARGS: [&str; 8] = [
+    "--mode",
+    "rules",
+    "--tool",
+    "present_files",
+    "--tool-args",
+    r#"{"filepaths": ["/mnt/user-data/outputs/report.md"]}"#,
+    "--after-tool",
+    AFTER_TOOL,
+];
+
+/// The mock's answer after the tool result: the last message of every run.
+const AFTER_TOOL: &str = "Done: the report is ready.";
+
 fn start_mock() -> Result<(Proc, String)> {
     let mut child = Command::new(bin("fawn-mock-llm")?)
-        .args([
-            "--port",
-            "0",
-            "--mode",
-            "rules",
-            "--tool",
-            "present_files",
-            "--tool-args",
-            r#"{"filepaths": ["/mnt/user-data/outputs/report.md"]}"#,
-            "--after-tool",
-            "Done: the report is ready.",
-        ])
+        .args(["--port", "0"])
+        .args(MOCK_ARGS)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -145,6 +175,18 @@ struct Server {
     _home: tempfile_dir::TempDir,
     /// The Postgres schema this server created (dropped by [`stop_server`]).
     pg_schema: Option<(String, String)>,
+}
+
+impl Server {
+    /// This server as a load target: `lead_agent`, its own process's CPU.
+    fn target(&self) -> Target {
+        Target {
+            name: String::new(),
+            url: self.url.clone(),
+            assistant: "lead_agent".to_string(),
+            cpu: Cpu::Process(self.pid),
+        }
+    }
 }
 
 /// Stops the server and drops the Postgres schema it used, so repeated runs leave nothing
@@ -226,31 +268,103 @@ async fn start_server(
         _home: home,
         pg_schema,
     };
+    wait_ok(&server.url, Duration::from_secs(30), || Ok(()))
+        .await
+        .context("the server did not start")?;
+    Ok(server)
+}
+
+/// Polls `GET {url}/ok` until it answers 2xx, `alive` fails or `limit` passes.
+async fn wait_ok(url: &str, limit: Duration, mut alive: impl FnMut() -> Result<()>) -> Result<()> {
     let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + limit;
     loop {
-        if let Ok(r) = client.get(format!("{}/ok", server.url)).send().await
+        if let Ok(r) = client.get(format!("{url}/ok")).send().await
             && r.status().is_success()
         {
-            break;
+            return Ok(());
         }
+        alive()?;
         if Instant::now() > deadline {
-            bail!("the server did not start");
+            bail!("{url}/ok did not answer within {} s", limit.as_secs());
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    Ok(server)
+}
+
+/// Fields of `/proc/PID/stat` after the command name.
+fn stat_fields(pid: u32) -> Result<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after = stat.rsplit(')').next().context("stat")?;
+    Ok(after.split_whitespace().map(str::to_string).collect())
 }
 
 /// utime + stime of a process, in milliseconds.
 fn cpu_ms(pid: u32) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let after = stat.rsplit(')').next().context("stat")?;
-    let f: Vec<&str> = after.split_whitespace().collect();
+    let f = stat_fields(pid)?;
     let utime: f64 = f[11].parse()?;
     let stime: f64 = f[12].parse()?;
     // USER_HZ is 100 on Linux.
     Ok((utime + stime) * 10.0)
+}
+
+/// CPU of a process and all its live descendants, each with the CPU of its children that
+/// already exited and were waited for (cutime + cstime), in milliseconds: what a server
+/// that forks workers (the official server's supervisor, Python multiprocessing) costs.
+fn tree_cpu_ms(root: u32) -> Result<f64> {
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    let mut cpu: HashMap<u32, f64> = HashMap::new();
+    for entry in std::fs::read_dir("/proc")? {
+        let Ok(pid) = entry?.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        // A process may exit while the table is read: skip it.
+        let Ok(f) = stat_fields(pid) else { continue };
+        let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        let ppid = f.get(1).and_then(|v| v.parse::<u32>().ok()).unwrap_or(0);
+        children.entry(ppid).or_default().push(pid);
+        cpu.insert(pid, (num(11) + num(12) + num(13) + num(14)) * 10.0);
+    }
+    if !cpu.contains_key(&root) {
+        bail!("process {root} is gone");
+    }
+    let mut total = 0.0;
+    let mut todo = vec![root];
+    while let Some(pid) = todo.pop() {
+        total += cpu.get(&pid).copied().unwrap_or(0.0);
+        if let Some(c) = children.get(&pid) {
+            todo.extend(c);
+        }
+    }
+    Ok(total)
+}
+
+/// The processes of a target's server tree, for the report (`pid command` each).
+fn tree_commands(root: u32) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    for entry in dir.flatten() {
+        if let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>()
+            && let Ok(f) = stat_fields(pid)
+            && let Some(ppid) = f.get(1).and_then(|v| v.parse::<u32>().ok())
+        {
+            children.entry(ppid).or_default().push(pid);
+        }
+    }
+    let mut out = Vec::new();
+    let mut todo = vec![root];
+    while let Some(pid) = todo.pop() {
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+            .unwrap_or_default();
+        out.push(format!("{pid} {}", cmd.trim()));
+        if let Some(c) = children.get(&pid) {
+            todo.extend(c);
+        }
+    }
+    out
 }
 
 fn rss_mb(pid: u32) -> Result<f64> {
@@ -264,10 +378,51 @@ fn rss_mb(pid: u32) -> Result<f64> {
     bail!("no VmRSS")
 }
 
+/// How a target's server CPU is read.
+#[derive(Clone, Copy, Debug)]
+enum Cpu {
+    /// Not measured: no PID was given.
+    Unknown,
+    /// One process's utime + stime (the server this benchmark started itself).
+    Process(u32),
+    /// A process and its descendants ([`tree_cpu_ms`]).
+    Tree(u32),
+}
+
+impl Cpu {
+    fn read(self) -> Result<Option<f64>> {
+        match self {
+            Cpu::Unknown => Ok(None),
+            Cpu::Process(pid) => cpu_ms(pid).map(Some),
+            Cpu::Tree(pid) => tree_cpu_ms(pid).map(Some),
+        }
+    }
+}
+
+/// A server under load.
+#[derive(Clone, Debug)]
+struct Target {
+    /// Empty for the server this benchmark started (its lines keep today's format).
+    name: String,
+    url: String,
+    /// What runs name as `assistant_id` (a graph id works on both servers).
+    assistant: String,
+    cpu: Cpu,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Mode {
     Wait,
     Stream,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Wait => "wait",
+            Mode::Stream => "stream",
+        }
+    }
 }
 
 struct Sample {
@@ -275,19 +430,29 @@ struct Sample {
     first_event: Option<Duration>,
 }
 
-async fn one_iteration(client: &reqwest::Client, url: &str, mode: Mode) -> Result<Sample> {
-    let started = Instant::now();
+fn run_body(assistant: &str) -> Value {
+    json!({"assistant_id": assistant,
+        "input": {"messages": [{"role": "user", "content": "write the report"}]},
+        "stream_mode": ["values", "messages-tuple"]})
+}
+
+async fn create_thread(client: &reqwest::Client, url: &str) -> Result<String> {
     let t: Value = client
         .post(format!("{url}/threads"))
         .json(&json!({}))
         .send()
         .await?
+        .error_for_status()?
         .json()
         .await?;
-    let tid = t["thread_id"].as_str().context("thread id")?;
-    let body = json!({"assistant_id": "lead_agent",
-        "input": {"messages": [{"role": "user", "content": "write the report"}]},
-        "stream_mode": ["values", "messages-tuple"]});
+    Ok(t["thread_id"].as_str().context("thread id")?.to_string())
+}
+
+async fn one_iteration(client: &reqwest::Client, target: &Target, mode: Mode) -> Result<Sample> {
+    let url = &target.url;
+    let started = Instant::now();
+    let tid = create_thread(client, url).await?;
+    let body = run_body(&target.assistant);
     match mode {
         Mode::Wait => {
             let v: Value = client
@@ -295,6 +460,7 @@ async fn one_iteration(client: &reqwest::Client, url: &str, mode: Mode) -> Resul
                 .json(&body)
                 .send()
                 .await?
+                .error_for_status()?
                 .json()
                 .await?;
             if v.get("__error__").is_some() {
@@ -311,7 +477,8 @@ async fn one_iteration(client: &reqwest::Client, url: &str, mode: Mode) -> Resul
                 .post(format!("{url}/threads/{tid}/runs/stream"))
                 .json(&body)
                 .send()
-                .await?;
+                .await?
+                .error_for_status()?;
             let mut s = r.bytes_stream();
             let mut first = None;
             let mut tail = Vec::new();
@@ -336,6 +503,82 @@ async fn one_iteration(client: &reqwest::Client, url: &str, mode: Mode) -> Resul
     }
 }
 
+/// The text of a message's content (a string or text blocks).
+fn content_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b.as_str().or_else(|| b.get("text").and_then(Value::as_str)))
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+/// One checked run: the target does the workload's turn (model → `present_files` → model,
+/// and a title for `deerflow`). Returns a one-line description of what it saw.
+async fn probe(target: &Target, workload: Workload) -> Result<String> {
+    let client = reqwest::Client::new();
+    let tid = create_thread(&client, &target.url).await?;
+    let r = client
+        .post(format!("{}/threads/{tid}/runs/wait", target.url))
+        .json(&run_body(&target.assistant))
+        .send()
+        .await?;
+    let status = r.status();
+    let v: Value = r.json().await?;
+    if !status.is_success() || v.get("__error__").is_some() {
+        bail!("{}: the probe run failed ({status}): {v}", target.url);
+    }
+    let messages = v["messages"]
+        .as_array()
+        .context("no messages in the state")?;
+    let called = messages.iter().any(|m| {
+        m["tool_calls"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["name"] == "present_files"))
+    });
+    let tool_answered = messages
+        .iter()
+        .any(|m| m["type"] == "tool" && m["name"] == "present_files");
+    let last = messages.last().map(|m| content_text(&m["content"]));
+    if !called || !tool_answered || last.as_deref() != Some(AFTER_TOOL) {
+        bail!(
+            "{}: the run is not model → present_files → model (is its mock started with {}?): {v}",
+            target.url,
+            MOCK_ARGS.join(" ")
+        );
+    }
+    let title = v["title"].as_str().unwrap_or_default();
+    if workload == Workload::Deerflow && title.is_empty() {
+        bail!("{}: no title after the first turn: {v}", target.url);
+    }
+    let kinds: Vec<String> = messages
+        .iter()
+        .map(|m| {
+            let kind = m["type"].as_str().unwrap_or("?");
+            match m["tool_calls"].as_array().filter(|c| !c.is_empty()) {
+                Some(calls) => format!(
+                    "{kind}[{}]",
+                    calls
+                        .iter()
+                        .filter_map(|c| c["name"].as_str())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+                None => kind.to_string(),
+            }
+        })
+        .collect();
+    Ok(format!(
+        "messages {}; last {:?}; title {:?}",
+        kinds.join(" "),
+        AFTER_TOOL,
+        title
+    ))
+}
+
 fn pct(v: &mut [f64], p: f64) -> f64 {
     if v.is_empty() {
         return f64::NAN;
@@ -345,27 +588,113 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
     v[i]
 }
 
-async fn load(server: &Server, mode: Mode, concurrency: usize, iterations: usize) -> Result<()> {
+/// What one load measured (or several added up, for the summary).
+#[derive(Clone, Debug)]
+struct LoadStats {
+    mode: Mode,
+    concurrency: usize,
+    errors: usize,
+    /// Seconds under load.
+    elapsed: f64,
+    /// Server CPU over the load, ms (`None`: no PID).
+    server_cpu: Option<f64>,
+    /// This benchmark's own CPU over the load, ms.
+    client_cpu: f64,
+    /// The mock LLM's CPU over the load, ms (when this benchmark started it).
+    mock_cpu: Option<f64>,
+    /// Milliseconds per successful run.
+    totals: Vec<f64>,
+    /// Milliseconds to the first SSE event, per stream run.
+    firsts: Vec<f64>,
+}
+
+impl LoadStats {
+    fn runs(&self) -> usize {
+        self.totals.len()
+    }
+
+    fn per_run(&self, ms: f64) -> f64 {
+        ms / self.runs().max(1) as f64
+    }
+
+    fn first_p50(&self) -> f64 {
+        pct(&mut self.firsts.clone(), 0.5)
+    }
+
+    /// Adds another load of the same mode and concurrency.
+    fn add(&mut self, other: &LoadStats) {
+        self.errors += other.errors;
+        self.elapsed += other.elapsed;
+        self.server_cpu = self.server_cpu.zip(other.server_cpu).map(|(a, b)| a + b);
+        self.client_cpu += other.client_cpu;
+        self.mock_cpu = self.mock_cpu.zip(other.mock_cpu).map(|(a, b)| a + b);
+        self.totals.extend(&other.totals);
+        self.firsts.extend(&other.firsts);
+    }
+
+    /// One line, as the benchmark always printed it (a target's name first, when it has one).
+    fn line(&self, name: &str) -> String {
+        let first = if self.firsts.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "  first event p50 {:.2} ms p99 {:.2} ms",
+                self.first_p50(),
+                pct(&mut self.firsts.clone(), 0.99)
+            )
+        };
+        let cpu = match self.server_cpu {
+            Some(ms) => format!("{:.2} ms/run", self.per_run(ms)),
+            None => "n/a (no PID)".to_string(),
+        };
+        let name = if name.is_empty() {
+            String::new()
+        } else {
+            format!(" {name:<10}")
+        };
+        let n = self.runs();
+        format!(
+            " {name} {:<6} c={:<3} runs={:<5} err={:<3} {:>7.1} runs/s  p50 {:>7.2} ms  p99 {:>7.2} ms  server CPU {cpu}{first}",
+            self.mode.name(),
+            self.concurrency,
+            n,
+            self.errors,
+            n as f64 / self.elapsed,
+            pct(&mut self.totals.clone(), 0.5),
+            pct(&mut self.totals.clone(), 0.99),
+        )
+    }
+}
+
+async fn measure(
+    target: &Target,
+    mode: Mode,
+    concurrency: usize,
+    iterations: usize,
+    mock_pid: Option<u32>,
+) -> Result<LoadStats> {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(concurrency)
         .tcp_nodelay(true)
         .build()?;
     // Warm-up.
     for _ in 0..3 {
-        one_iteration(&client, &server.url, mode).await?;
+        one_iteration(&client, target, mode).await?;
     }
-    let cpu0 = cpu_ms(server.pid)?;
+    let cpu0 = target.cpu.read()?;
+    let client0 = cpu_ms(std::process::id())?;
+    let mock0 = mock_pid.map(cpu_ms).transpose()?;
     let started = Instant::now();
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..concurrency {
         let client = client.clone();
-        let url = server.url.clone();
+        let target = target.clone();
         let next = next.clone();
         tasks.push(tokio::spawn(async move {
             let mut out = Vec::new();
             while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < iterations {
-                out.push(one_iteration(&client, &url, mode).await);
+                out.push(one_iteration(&client, &target, mode).await);
             }
             out
         }));
@@ -392,29 +721,28 @@ async fn load(server: &Server, mode: Mode, concurrency: usize, iterations: usize
         }
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let cpu = cpu_ms(server.pid)? - cpu0;
-    let n = totals.len();
-    let first = if firsts.is_empty() {
-        String::new()
-    } else {
-        format!(
-            "  first event p50 {:.2} ms p99 {:.2} ms",
-            pct(&mut firsts.clone(), 0.5),
-            pct(&mut firsts, 0.99)
-        )
+    let server_cpu = target.cpu.read()?.zip(cpu0).map(|(a, b)| a - b);
+    let client_cpu = cpu_ms(std::process::id())? - client0;
+    let mock_cpu = match (mock_pid, mock0) {
+        (Some(pid), Some(m0)) => Some(cpu_ms(pid)? - m0),
+        _ => None,
     };
-    println!(
-        "  {:<6} c={:<3} runs={:<5} err={:<3} {:>7.1} runs/s  p50 {:>7.2} ms  p99 {:>7.2} ms  server CPU {:.2} ms/run{}",
-        format!("{mode:?}").to_lowercase(),
+    Ok(LoadStats {
+        mode,
         concurrency,
-        n,
         errors,
-        n as f64 / elapsed,
-        pct(&mut totals.clone(), 0.5),
-        pct(&mut totals, 0.99),
-        cpu / n.max(1) as f64,
-        first
-    );
+        elapsed,
+        server_cpu,
+        client_cpu,
+        mock_cpu,
+        totals,
+        firsts,
+    })
+}
+
+async fn load(target: &Target, mode: Mode, concurrency: usize, iterations: usize) -> Result<()> {
+    let stats = measure(target, mode, concurrency, iterations, None).await?;
+    println!("{}", stats.line(&target.name));
     Ok(())
 }
 
@@ -467,9 +795,10 @@ async fn bench_only(
 ) -> Result<()> {
     println!("== {name}");
     let server = start_server(mock_url, pg, workload).await?;
-    load(&server, Mode::Wait, 16, 200).await?;
+    let target = server.target();
+    load(&target, Mode::Wait, 16, 200).await?;
     for (mode, c, n) in only {
-        load(&server, *mode, *c, *n).await?;
+        load(&target, *mode, *c, *n).await?;
     }
     stop_server(server).await
 }
@@ -483,6 +812,7 @@ async fn bench_backend(
 ) -> Result<()> {
     println!("== {name}");
     let server = start_server(mock_url, pg, workload).await?;
+    let target = server.target();
     tokio::time::sleep(Duration::from_millis(500)).await;
     println!("  idle RSS {:.1} MB", rss_mb(server.pid)?);
     // The first runs pay one-time costs (pool connections, statement caches, allocator
@@ -490,12 +820,12 @@ async fn bench_backend(
     let plan: &[(usize, usize)] = if quick {
         &[(1, 30), (16, 200), (64, 400)]
     } else {
-        load(&server, Mode::Wait, 16, 200).await?;
+        load(&target, Mode::Wait, 16, 200).await?;
         &[(1, 1000), (16, 1000), (64, 2000)]
     };
     for mode in [Mode::Wait, Mode::Stream] {
         for (c, n) in plan {
-            load(&server, mode, *c, *n).await?;
+            load(&target, mode, *c, *n).await?;
         }
     }
     stop_server(server).await?;
@@ -504,6 +834,168 @@ async fn bench_backend(
     println!("  RSS after 10,000 threads {rss:.1} MB");
     stop_server(server).await?;
     Ok(())
+}
+
+/// How to load a set of targets side by side.
+struct Plan {
+    workload: Workload,
+    loads: Vec<(Mode, usize, usize)>,
+    rounds: usize,
+    warmup: usize,
+    /// The mock's PID, when this benchmark started it (its CPU is reported too).
+    mock_pid: Option<u32>,
+}
+
+/// Probes, warms up and loads every target, round after round, alternating which target
+/// goes first; then prints the rounds added up per target.
+async fn bench_targets(targets: &[Target], plan: &Plan) -> Result<()> {
+    println!(
+        "== workload {}: {} round(s) of {} on {} target(s), same client",
+        plan.workload.name(),
+        plan.rounds,
+        plan.loads
+            .iter()
+            .map(|(m, c, n)| format!("{}:{c}:{n}", m.name()))
+            .collect::<Vec<_>>()
+            .join(" "),
+        targets.len()
+    );
+    for t in targets {
+        println!(
+            "  {:<10} {} assistant {:?} CPU {}",
+            t.name,
+            t.url,
+            t.assistant,
+            match t.cpu {
+                Cpu::Unknown => "not measured (no PID)".to_string(),
+                Cpu::Process(pid) => format!("of process {pid}"),
+                Cpu::Tree(pid) => format!("of process tree {pid}"),
+            }
+        );
+        if let Cpu::Tree(pid) | Cpu::Process(pid) = t.cpu {
+            for p in tree_commands(pid) {
+                println!("  {:<10}   {p}", "");
+            }
+        }
+        println!("  {:<10} probe: {}", t.name, probe(t, plan.workload).await?);
+    }
+    if plan.warmup > 0 {
+        println!("== warm-up (wait c=16, {} runs each)", plan.warmup);
+        for t in targets {
+            load(t, Mode::Wait, 16, plan.warmup).await?;
+        }
+    }
+    // (target index, load index) → the rounds added up.
+    let mut sums: HashMap<(usize, usize), LoadStats> = HashMap::new();
+    for round in 0..plan.rounds {
+        println!("== round {}/{}", round + 1, plan.rounds);
+        for (li, (mode, c, n)) in plan.loads.iter().enumerate() {
+            let mut order: Vec<usize> = (0..targets.len()).collect();
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            for ti in order {
+                let t = &targets[ti];
+                let stats = measure(t, *mode, *c, *n, plan.mock_pid).await?;
+                println!("{}", stats.line(&t.name));
+                match sums.get_mut(&(ti, li)) {
+                    Some(sum) => sum.add(&stats),
+                    None => {
+                        sums.insert((ti, li), stats);
+                    }
+                }
+            }
+        }
+    }
+    print_summary(targets, plan, &sums);
+    Ok(())
+}
+
+fn print_summary(targets: &[Target], plan: &Plan, sums: &HashMap<(usize, usize), LoadStats>) {
+    let ms = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.2}"));
+    println!(
+        "== summary: workload {}, {} round(s) added up",
+        plan.workload.name(),
+        plan.rounds
+    );
+    println!(
+        "  {:<10} {:<6} {:>4} {:>6} {:>4} {:>8} {:>8} {:>8} {:>11} {:>12} {:>12} {:>10}",
+        "target",
+        "mode",
+        "c",
+        "runs",
+        "err",
+        "runs/s",
+        "p50 ms",
+        "p99 ms",
+        "1st ev p50",
+        "server CPU",
+        "client CPU",
+        "mock CPU"
+    );
+    println!(
+        "  {:<10} {:<6} {:>4} {:>6} {:>4} {:>8} {:>8} {:>8} {:>11} {:>12} {:>12} {:>10}",
+        "", "", "", "", "", "", "", "", "ms", "ms/run", "ms/run", "ms/run"
+    );
+    for (li, _) in plan.loads.iter().enumerate() {
+        for (ti, t) in targets.iter().enumerate() {
+            let Some(s) = sums.get(&(ti, li)) else {
+                continue;
+            };
+            let first = if s.firsts.is_empty() {
+                "-".to_string()
+            } else {
+                format!("{:.2}", s.first_p50())
+            };
+            println!(
+                "  {:<10} {:<6} {:>4} {:>6} {:>4} {:>8.1} {:>8.2} {:>8.2} {:>11} {:>12} {:>12.2} {:>10}",
+                t.name,
+                s.mode.name(),
+                s.concurrency,
+                s.runs(),
+                s.errors,
+                s.runs() as f64 / s.elapsed,
+                pct(&mut s.totals.clone(), 0.5),
+                pct(&mut s.totals.clone(), 0.99),
+                first,
+                ms(s.server_cpu.map(|c| s.per_run(c))),
+                s.per_run(s.client_cpu),
+                ms(s.mock_cpu.map(|c| s.per_run(c))),
+            );
+        }
+    }
+    // With two targets, the first over the second.
+    if let [a, b] = targets {
+        println!("== {} / {}", a.name, b.name);
+        for (li, (mode, c, _)) in plan.loads.iter().enumerate() {
+            let (Some(x), Some(y)) = (sums.get(&(0, li)), sums.get(&(1, li))) else {
+                continue;
+            };
+            let rate = |s: &LoadStats| s.runs() as f64 / s.elapsed;
+            let cpu = match (x.server_cpu, y.server_cpu) {
+                (Some(cx), Some(cy)) => format!(
+                    "server CPU/run {:.3}x ({:.1}x less)",
+                    x.per_run(cx) / y.per_run(cy),
+                    y.per_run(cy) / x.per_run(cx)
+                ),
+                _ => "server CPU/run n/a".to_string(),
+            };
+            let first = if x.firsts.is_empty() || y.firsts.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ", first event p50 {:.3}x ({:.1}x sooner)",
+                    x.first_p50() / y.first_p50(),
+                    y.first_p50() / x.first_p50()
+                )
+            };
+            println!(
+                "  {:<6} c={c:<3} runs/s {:.2}x, {cpu}{first}",
+                mode.name(),
+                rate(x) / rate(y)
+            );
+        }
+    }
 }
 
 #[tokio::main]
@@ -531,41 +1023,165 @@ async fn stop_signal() -> &'static str {
     }
 }
 
-async fn run() -> Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let sqlite_only = args.iter().any(|a| a == "--sqlite-only");
-    let pg_only = args.iter().any(|a| a == "--pg-only");
-    let only = args
-        .windows(2)
-        .filter(|w| w[0] == "--only")
-        .map(|w| parse_only(&w[1]))
-        .collect::<Result<Vec<_>>>()?;
-    let workload = match args.windows(2).find(|w| w[0] == "--workload") {
-        Some(w) => Workload::parse(&w[1])?,
-        None => Workload::Minimal,
+const USAGE: &str = "\
+usage: server_load [--quick] [--sqlite-only | --pg-only] [--only MODE:C:RUNS]... [--workload minimal|deerflow]
+       server_load --target [NAME=]URL[@PID]... [--target-pid PID] [--assistant [NAME=]ID]...
+                   [--workload minimal|deerflow] [--only MODE:C:RUNS]... [--rounds N] [--warmup N] [--runs N]";
+
+/// `[NAME=]URL[@PID]`.
+fn parse_target(spec: &str, index: usize) -> Result<(String, String, Option<u32>)> {
+    let (name, rest) = match spec.split_once('=') {
+        Some((n, r)) if !n.is_empty() && !n.contains([':', '/']) => (n.to_string(), r),
+        _ => (format!("target{}", index + 1), spec),
     };
+    let (url, pid) = match rest.rsplit_once('@') {
+        Some((u, p)) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => {
+            (u, Some(p.parse()?))
+        }
+        _ => (rest, None),
+    };
+    if !url.starts_with("http://") && !url.starts_with("https://") {
+        bail!("--target wants [NAME=]URL[@PID], got {spec:?}");
+    }
+    Ok((name, url.trim_end_matches('/').to_string(), pid))
+}
+
+#[derive(Debug, Default)]
+struct Args {
+    quick: bool,
+    sqlite_only: bool,
+    pg_only: bool,
+    only: Vec<(Mode, usize, usize)>,
+    workload: Option<Workload>,
+    targets: Vec<String>,
+    target_pid: Option<u32>,
+    assistants: Vec<String>,
+    rounds: Option<usize>,
+    warmup: Option<usize>,
+    runs: Option<usize>,
+}
+
+fn parse_args(args: &[String]) -> Result<Args> {
+    let mut a = Args::default();
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let mut value = || {
+            it.next()
+                .cloned()
+                .with_context(|| format!("{flag} wants a value\n{USAGE}"))
+        };
+        match flag.as_str() {
+            "--quick" => a.quick = true,
+            "--sqlite-only" => a.sqlite_only = true,
+            "--pg-only" => a.pg_only = true,
+            "--only" => a.only.push(parse_only(&value()?)?),
+            "--workload" => a.workload = Some(Workload::parse(&value()?)?),
+            "--target" => a.targets.push(value()?),
+            "--target-pid" => a.target_pid = Some(value()?.parse().context("--target-pid")?),
+            "--assistant" => a.assistants.push(value()?),
+            "--rounds" => a.rounds = Some(value()?.parse().context("--rounds")?),
+            "--warmup" => a.warmup = Some(value()?.parse().context("--warmup")?),
+            "--runs" => a.runs = Some(value()?.parse().context("--runs")?),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0)
+            }
+            other => bail!("unknown argument {other:?}\n{USAGE}"),
+        }
+    }
+    Ok(a)
+}
+
+/// The targets named on the command line, each with its assistant and CPU source.
+fn targets_of(a: &Args) -> Result<Vec<Target>> {
+    let mut targets = Vec::new();
+    for (i, spec) in a.targets.iter().enumerate() {
+        let (name, url, pid) = parse_target(spec, i)?;
+        if targets.iter().any(|t: &Target| t.name == name) {
+            bail!("two targets are named {name:?}");
+        }
+        targets.push(Target {
+            name,
+            url,
+            assistant: "lead_agent".to_string(),
+            cpu: pid.map_or(Cpu::Unknown, Cpu::Tree),
+        });
+    }
+    if let Some(pid) = a.target_pid {
+        match targets.as_mut_slice() {
+            [t] if matches!(t.cpu, Cpu::Unknown) => t.cpu = Cpu::Tree(pid),
+            [_] => bail!("--target-pid and --target ...@PID both give the PID"),
+            _ => bail!("--target-pid is for a single --target; give each NAME=URL@PID"),
+        }
+    }
+    // A bare `ID` is every target's; `NAME=ID` then overrides one target, whatever the order.
+    for spec in a.assistants.iter().filter(|s| !s.contains('=')) {
+        for t in &mut targets {
+            t.assistant = spec.clone();
+        }
+    }
+    for spec in &a.assistants {
+        if let Some((name, id)) = spec.split_once('=') {
+            let t = targets
+                .iter_mut()
+                .find(|t| t.name == name)
+                .with_context(|| format!("--assistant {spec}: no target is named {name:?}"))?;
+            t.assistant = id.to_string();
+        }
+    }
+    Ok(targets)
+}
+
+async fn run() -> Result<()> {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let a = parse_args(&argv)?;
+    if a.targets.is_empty()
+        && (a.target_pid.is_some()
+            || !a.assistants.is_empty()
+            || a.rounds.is_some()
+            || a.warmup.is_some()
+            || a.runs.is_some())
+    {
+        bail!("--target-pid, --assistant, --rounds, --warmup and --runs go with --target\n{USAGE}");
+    }
+    if !a.targets.is_empty() {
+        let runs = a.runs.unwrap_or(500);
+        let loads = if a.only.is_empty() {
+            vec![(Mode::Wait, 16, runs), (Mode::Stream, 16, runs)]
+        } else {
+            a.only.clone()
+        };
+        let plan = Plan {
+            workload: a.workload.unwrap_or(Workload::Minimal),
+            loads,
+            rounds: a.rounds.unwrap_or(1),
+            warmup: a.warmup.unwrap_or(200),
+            mock_pid: None,
+        };
+        return bench_targets(&targets_of(&a)?, &plan).await;
+    }
+    let workload = a.workload.unwrap_or(Workload::Minimal);
     let (_mock, mock_url) = start_mock()?;
     println!("mock LLM at {mock_url}");
     if workload != Workload::Minimal {
         println!("workload {}", workload.name());
     }
-    if !pg_only {
-        if only.is_empty() {
-            bench_backend("sqlite", &mock_url, None, workload, quick).await?;
+    if !a.pg_only {
+        if a.only.is_empty() {
+            bench_backend("sqlite", &mock_url, None, workload, a.quick).await?;
         } else {
-            bench_only("sqlite", &mock_url, None, workload, &only).await?;
+            bench_only("sqlite", &mock_url, None, workload, &a.only).await?;
         }
     }
-    if !sqlite_only {
+    if !a.sqlite_only {
         let pg = std::env::var("BENCH_DATABASE_URL")
             .or_else(|_| std::env::var("TEST_DATABASE_URL"))
             .ok();
         match pg {
-            Some(url) if only.is_empty() => {
-                bench_backend("postgres", &mock_url, Some(&url), workload, quick).await?
+            Some(url) if a.only.is_empty() => {
+                bench_backend("postgres", &mock_url, Some(&url), workload, a.quick).await?
             }
-            Some(url) => bench_only("postgres", &mock_url, Some(&url), workload, &only).await?,
+            Some(url) => bench_only("postgres", &mock_url, Some(&url), workload, &a.only).await?,
             None => println!("== postgres: skipped (set BENCH_DATABASE_URL)"),
         }
     }
