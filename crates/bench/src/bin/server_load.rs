@@ -43,6 +43,11 @@
 //!     --target official=http://127.0.0.1:2025@$OFFICIAL_PID --assistant official=agent
 //! ```
 //!
+//! `--versus-official` does all of it in one command: it starts the mock, Fawn (release,
+//! SQLite) and the official server (`scripts/official-server/run.sh`, or
+//! `--official-script PATH`), then runs the DeerFlow-shaped loads above on both, alternating
+//! (`--rounds`, default 3; `--runs N` per load, default 500).
+//!
 //! SIGINT or SIGTERM stops the benchmark together with the servers and the mock it started.
 
 use anyhow::{Context, Result, bail};
@@ -50,7 +55,8 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -61,6 +67,25 @@ struct Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A child started in its own process group; dropping it kills the whole group (the
+/// official server's script, the server and anything either started).
+struct ProcGroup {
+    child: Child,
+}
+
+impl Drop for ProcGroup {
+    fn drop(&mut self) {
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &group])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -290,6 +315,74 @@ async fn wait_ok(url: &str, limit: Duration, mut alive: impl FnMut() -> Result<(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The official LangGraph server, started by `scripts/official-server/run.sh`.
+struct Official {
+    _group: ProcGroup,
+    url: String,
+    pid: u32,
+    log: PathBuf,
+    _dir: tempfile_dir::TempDir,
+}
+
+/// `scripts/official-server/run.sh` of the checkout this binary was built from.
+fn default_official_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/official-server/run.sh")
+}
+
+/// Starts the official server over the mock. Its first start creates the script's venv
+/// from PyPI, so it may take minutes; its output goes to a log file that a failure names.
+async fn start_official(script: &Path, mock_url: &str) -> Result<Official> {
+    if !script.exists() {
+        bail!(
+            "{} not found (give --official-script PATH)",
+            script.display()
+        );
+    }
+    let dir = tempfile_dir::TempDir::new()?;
+    let log = dir.0.join("official-server.log");
+    let out = std::fs::File::create(&log)?;
+    let port = free_port()?;
+    let child = Command::new("bash")
+        .arg(script)
+        .arg(port.to_string())
+        .env("MOCK_LLM_URL", mock_url)
+        .env("OFFICIAL_WORKSPACE_ROOT", dir.0.join("workspace"))
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("starting {}", script.display()))?;
+    let pid = child.id();
+    // Owned by the group from here on, so that an early return or a signal kills it.
+    let mut group = ProcGroup { child };
+    let url = format!("http://127.0.0.1:{port}");
+    let started = wait_ok(&url, Duration::from_secs(900), || {
+        match group.child.try_wait()? {
+            Some(status) => bail!("it exited with {status}"),
+            None => Ok(()),
+        }
+    })
+    .await;
+    if let Err(e) = started {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(30).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        bail!(
+            "the official server did not start: {e:#}\n--- {} (last lines)\n{}",
+            log.display(),
+            tail.join("\n")
+        );
+    }
+    Ok(Official {
+        _group: group,
+        url,
+        pid,
+        log,
+        _dir: dir,
+    })
 }
 
 /// Fields of `/proc/PID/stat` after the command name.
@@ -998,6 +1091,53 @@ fn print_summary(targets: &[Target], plan: &Plan, sums: &HashMap<(usize, usize),
     }
 }
 
+/// `--versus-official`: the mock, Fawn (release, SQLite) and the official server, all
+/// started here, then [`bench_targets`] on both with the DeerFlow-shaped workload.
+async fn versus_official(script: &Path, mut plan: Plan) -> Result<()> {
+    let (mock, mock_url) = start_mock()?;
+    plan.mock_pid = Some(mock.child.id());
+    println!("mock LLM at {mock_url}");
+    let fawn = start_server(&mock_url, None, plan.workload).await?;
+    println!("fawn at {} (SQLite)", fawn.url);
+    println!("starting the official server ({})", script.display());
+    let official = start_official(script, &mock_url).await?;
+    println!(
+        "official server at {} (log {})",
+        official.url,
+        official.log.display()
+    );
+    let client = reqwest::Client::new();
+    for url in [&fawn.url, &official.url] {
+        let info: Value = client
+            .get(format!("{url}/info"))
+            .send()
+            .await?
+            .json()
+            .await
+            .unwrap_or(Value::Null);
+        println!("  {url}/info {info}");
+    }
+    let targets = [
+        Target {
+            name: "fawn".to_string(),
+            url: fawn.url.clone(),
+            assistant: "lead_agent".to_string(),
+            cpu: Cpu::Tree(fawn.pid),
+        },
+        Target {
+            name: "official".to_string(),
+            url: official.url.clone(),
+            assistant: "agent".to_string(),
+            cpu: Cpu::Tree(official.pid),
+        },
+    ];
+    bench_targets(&targets, &plan).await?;
+    drop(official);
+    stop_server(fawn).await?;
+    drop(mock);
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let signal = tokio::select! {
@@ -1026,7 +1166,8 @@ async fn stop_signal() -> &'static str {
 const USAGE: &str = "\
 usage: server_load [--quick] [--sqlite-only | --pg-only] [--only MODE:C:RUNS]... [--workload minimal|deerflow]
        server_load --target [NAME=]URL[@PID]... [--target-pid PID] [--assistant [NAME=]ID]...
-                   [--workload minimal|deerflow] [--only MODE:C:RUNS]... [--rounds N] [--warmup N] [--runs N]";
+                   [--workload minimal|deerflow] [--only MODE:C:RUNS]... [--rounds N] [--warmup N] [--runs N]
+       server_load --versus-official [--official-script PATH] [--rounds N] [--warmup N] [--runs N] [--only MODE:C:RUNS]...";
 
 /// `[NAME=]URL[@PID]`.
 fn parse_target(spec: &str, index: usize) -> Result<(String, String, Option<u32>)> {
@@ -1059,6 +1200,8 @@ struct Args {
     rounds: Option<usize>,
     warmup: Option<usize>,
     runs: Option<usize>,
+    versus: bool,
+    official_script: Option<PathBuf>,
 }
 
 fn parse_args(args: &[String]) -> Result<Args> {
@@ -1074,6 +1217,7 @@ fn parse_args(args: &[String]) -> Result<Args> {
             "--quick" => a.quick = true,
             "--sqlite-only" => a.sqlite_only = true,
             "--pg-only" => a.pg_only = true,
+            "--versus-official" => a.versus = true,
             "--only" => a.only.push(parse_only(&value()?)?),
             "--workload" => a.workload = Some(Workload::parse(&value()?)?),
             "--target" => a.targets.push(value()?),
@@ -1082,6 +1226,7 @@ fn parse_args(args: &[String]) -> Result<Args> {
             "--rounds" => a.rounds = Some(value()?.parse().context("--rounds")?),
             "--warmup" => a.warmup = Some(value()?.parse().context("--warmup")?),
             "--runs" => a.runs = Some(value()?.parse().context("--runs")?),
+            "--official-script" => a.official_script = Some(value()?.into()),
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0)
@@ -1135,29 +1280,48 @@ fn targets_of(a: &Args) -> Result<Vec<Target>> {
 async fn run() -> Result<()> {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let a = parse_args(&argv)?;
-    if a.targets.is_empty()
+    let side_by_side = a.versus || !a.targets.is_empty();
+    if a.versus && !a.targets.is_empty() {
+        bail!("--versus-official starts its own servers: drop --target");
+    }
+    if !side_by_side
         && (a.target_pid.is_some()
             || !a.assistants.is_empty()
             || a.rounds.is_some()
             || a.warmup.is_some()
-            || a.runs.is_some())
+            || a.runs.is_some()
+            || a.official_script.is_some())
     {
-        bail!("--target-pid, --assistant, --rounds, --warmup and --runs go with --target\n{USAGE}");
+        bail!(
+            "--target-pid, --assistant, --rounds, --warmup, --runs and --official-script go with --target or --versus-official\n{USAGE}"
+        );
     }
-    if !a.targets.is_empty() {
+    if side_by_side {
         let runs = a.runs.unwrap_or(500);
         let loads = if a.only.is_empty() {
             vec![(Mode::Wait, 16, runs), (Mode::Stream, 16, runs)]
         } else {
             a.only.clone()
         };
-        let plan = Plan {
+        let mut plan = Plan {
             workload: a.workload.unwrap_or(Workload::Minimal),
             loads,
             rounds: a.rounds.unwrap_or(1),
             warmup: a.warmup.unwrap_or(200),
             mock_pid: None,
         };
+        if a.versus {
+            if a.workload == Some(Workload::Minimal) {
+                bail!("--versus-official runs the deerflow workload");
+            }
+            plan.workload = Workload::Deerflow;
+            plan.rounds = a.rounds.unwrap_or(3);
+            let script = a
+                .official_script
+                .clone()
+                .unwrap_or_else(default_official_script);
+            return versus_official(&script, plan).await;
+        }
         return bench_targets(&targets_of(&a)?, &plan).await;
     }
     let workload = a.workload.unwrap_or(Workload::Minimal);
