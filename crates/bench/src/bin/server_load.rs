@@ -35,7 +35,8 @@
 //! `deerflow`, a title), then a warm-up (`--warmup N`, default 200 runs at c=16), then the
 //! `--only` loads (default `wait:16:500` and `stream:16:500`) for `--rounds N` rounds; each
 //! round runs each load on every target in turn, alternating which target goes first, and
-//! a summary adds the rounds up per target.
+//! a summary adds the rounds up per target. A target's lines end with `others N%`: the CPU
+//! the rest of the machine used meanwhile, as a share of all cores (what else ran).
 //!
 //! ```text
 //! target/release/server_load --workload deerflow \
@@ -460,6 +461,21 @@ fn tree_commands(root: u32) -> Vec<String> {
     out
 }
 
+/// Busy CPU of the whole machine (all cores, every process), in milliseconds.
+fn machine_busy_ms() -> Result<f64> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let cpu = stat.lines().next().context("/proc/stat is empty")?;
+    let f: Vec<f64> = cpu
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|v| v.parse::<f64>())
+        .collect::<Result<_, _>>()?;
+    // user nice system idle iowait irq softirq steal, in USER_HZ (100 on Linux).
+    let idle = f.get(3).copied().unwrap_or(0.0) + f.get(4).copied().unwrap_or(0.0);
+    Ok((f.iter().sum::<f64>() - idle) * 10.0)
+}
+
 fn rss_mb(pid: u32) -> Result<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     for l in status.lines() {
@@ -695,6 +711,10 @@ struct LoadStats {
     client_cpu: f64,
     /// The mock LLM's CPU over the load, ms (when this benchmark started it).
     mock_cpu: Option<f64>,
+    /// CPU the rest of the machine used over the load, ms: everything busy but the
+    /// server, this benchmark and the mock (another build or test run skews the figures;
+    /// without a PID the server's own CPU counts here too).
+    others_cpu: f64,
     /// Milliseconds per successful run.
     totals: Vec<f64>,
     /// Milliseconds to the first SSE event, per stream run.
@@ -714,6 +734,12 @@ impl LoadStats {
         pct(&mut self.firsts.clone(), 0.5)
     }
 
+    /// [`LoadStats::others_cpu`] as a share of the machine's cores over the load, in %.
+    fn others_pct(&self) -> f64 {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        100.0 * self.others_cpu / (self.elapsed * 1000.0 * cores as f64)
+    }
+
     /// Adds another load of the same mode and concurrency.
     fn add(&mut self, other: &LoadStats) {
         self.errors += other.errors;
@@ -721,6 +747,7 @@ impl LoadStats {
         self.server_cpu = self.server_cpu.zip(other.server_cpu).map(|(a, b)| a + b);
         self.client_cpu += other.client_cpu;
         self.mock_cpu = self.mock_cpu.zip(other.mock_cpu).map(|(a, b)| a + b);
+        self.others_cpu += other.others_cpu;
         self.totals.extend(&other.totals);
         self.firsts.extend(&other.firsts);
     }
@@ -740,14 +767,18 @@ impl LoadStats {
             Some(ms) => format!("{:.2} ms/run", self.per_run(ms)),
             None => "n/a (no PID)".to_string(),
         };
-        let name = if name.is_empty() {
-            String::new()
+        // A target's line also says how busy the rest of the machine was.
+        let (name, others) = if name.is_empty() {
+            (String::new(), String::new())
         } else {
-            format!(" {name:<10}")
+            (
+                format!(" {name:<10}"),
+                format!("  others {:.0}%", self.others_pct()),
+            )
         };
         let n = self.runs();
         format!(
-            " {name} {:<6} c={:<3} runs={:<5} err={:<3} {:>7.1} runs/s  p50 {:>7.2} ms  p99 {:>7.2} ms  server CPU {cpu}{first}",
+            " {name} {:<6} c={:<3} runs={:<5} err={:<3} {:>7.1} runs/s  p50 {:>7.2} ms  p99 {:>7.2} ms  server CPU {cpu}{first}{others}",
             self.mode.name(),
             self.concurrency,
             n,
@@ -777,6 +808,7 @@ async fn measure(
     let cpu0 = target.cpu.read()?;
     let client0 = cpu_ms(std::process::id())?;
     let mock0 = mock_pid.map(cpu_ms).transpose()?;
+    let machine0 = machine_busy_ms()?;
     let started = Instant::now();
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = Vec::new();
@@ -820,6 +852,9 @@ async fn measure(
         (Some(pid), Some(m0)) => Some(cpu_ms(pid)? - m0),
         _ => None,
     };
+    let machine = machine_busy_ms()? - machine0;
+    let others_cpu =
+        (machine - server_cpu.unwrap_or(0.0) - client_cpu - mock_cpu.unwrap_or(0.0)).max(0.0);
     Ok(LoadStats {
         mode,
         concurrency,
@@ -828,6 +863,7 @@ async fn measure(
         server_cpu,
         client_cpu,
         mock_cpu,
+        others_cpu,
         totals,
         firsts,
     })
@@ -1012,7 +1048,7 @@ fn print_summary(targets: &[Target], plan: &Plan, sums: &HashMap<(usize, usize),
         plan.rounds
     );
     println!(
-        "  {:<10} {:<6} {:>4} {:>6} {:>4} {:>8} {:>8} {:>8} {:>11} {:>12} {:>12} {:>10}",
+        "  {:<10} {:<6} {:>4} {:>6} {:>4} {:>8} {:>8} {:>8} {:>11} {:>12} {:>12} {:>10} {:>7}",
         "target",
         "mode",
         "c",
@@ -1024,11 +1060,12 @@ fn print_summary(targets: &[Target], plan: &Plan, sums: &HashMap<(usize, usize),
         "1st ev p50",
         "server CPU",
         "client CPU",
-        "mock CPU"
+        "mock CPU",
+        "others"
     );
     println!(
-        "  {:<10} {:<6} {:>4} {:>6} {:>4} {:>8} {:>8} {:>8} {:>11} {:>12} {:>12} {:>10}",
-        "", "", "", "", "", "", "", "", "ms", "ms/run", "ms/run", "ms/run"
+        "  {:<10} {:<6} {:>4} {:>6} {:>4} {:>8} {:>8} {:>8} {:>11} {:>12} {:>12} {:>10} {:>7}",
+        "", "", "", "", "", "", "", "", "ms", "ms/run", "ms/run", "ms/run", "% CPU"
     );
     for (li, _) in plan.loads.iter().enumerate() {
         for (ti, t) in targets.iter().enumerate() {
@@ -1041,7 +1078,7 @@ fn print_summary(targets: &[Target], plan: &Plan, sums: &HashMap<(usize, usize),
                 format!("{:.2}", s.first_p50())
             };
             println!(
-                "  {:<10} {:<6} {:>4} {:>6} {:>4} {:>8.1} {:>8.2} {:>8.2} {:>11} {:>12} {:>12.2} {:>10}",
+                "  {:<10} {:<6} {:>4} {:>6} {:>4} {:>8.1} {:>8.2} {:>8.2} {:>11} {:>12} {:>12.2} {:>10} {:>7.1}",
                 t.name,
                 s.mode.name(),
                 s.concurrency,
@@ -1054,6 +1091,7 @@ fn print_summary(targets: &[Target], plan: &Plan, sums: &HashMap<(usize, usize),
                 ms(s.server_cpu.map(|c| s.per_run(c))),
                 s.per_run(s.client_cpu),
                 ms(s.mock_cpu.map(|c| s.per_run(c))),
+                s.others_pct(),
             );
         }
     }
