@@ -123,6 +123,23 @@ const MOCK_ARGS: [&str; 8] = [
 /// The mock's answer after the tool result: the last message of every run.
 const AFTER_TOOL: &str = "Done: the report is ready.";
 
+/// [`MOCK_ARGS`] as one shell command line (single-quoted where needed).
+fn mock_args_for_shell() -> String {
+    MOCK_ARGS
+        .iter()
+        .map(|a| {
+            if a.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_./:".contains(&b))
+            {
+                a.to_string()
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn start_mock() -> Result<(Proc, String)> {
     let mut child = Command::new(bin("fawn-mock-llm")?)
         .args(["--port", "0"])
@@ -713,7 +730,8 @@ struct LoadStats {
     mock_cpu: Option<f64>,
     /// CPU the rest of the machine used over the load, ms: everything busy but the
     /// server, this benchmark and the mock (another build or test run skews the figures;
-    /// without a PID the server's own CPU counts here too).
+    /// without a PID the server's own CPU counts here too, and so does a mock this
+    /// benchmark did not start).
     others_cpu: f64,
     /// Milliseconds per successful run.
     totals: Vec<f64>,
@@ -1266,7 +1284,11 @@ fn parse_args(args: &[String]) -> Result<Args> {
             "--runs" => a.runs = Some(value()?.parse().context("--runs")?),
             "--official-script" => a.official_script = Some(value()?.into()),
             "-h" | "--help" => {
-                println!("{USAGE}");
+                println!(
+                    "{USAGE}\n\nServers driven with --target answer through a mock LLM started as\n  \
+                     target/release/fawn-mock-llm --port PORT {}",
+                    mock_args_for_shell()
+                );
                 std::process::exit(0)
             }
             other => bail!("unknown argument {other:?}\n{USAGE}"),
