@@ -146,12 +146,16 @@ def grep(description: str, pattern: str, path: str, config: RunnableConfig) -> s
     try:
         regex = re.compile(pattern)
         base = _host_path(path, config)
-        files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file())
+        if base.is_file():
+            root, files = base.parent, [base]
+        else:
+            root, files = base, sorted(p for p in base.rglob("*") if p.is_file())
         hits = []
         for f in files:
-            for n, line in enumerate(f.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            text = f.read_text(encoding="utf-8", errors="replace")
+            for n, line in enumerate(text.splitlines(), 1):
                 if regex.search(line):
-                    hits.append(f"{f.relative_to(base.parent if base.is_file() else base)}:{n}: {line}")
+                    hits.append(f"{f.relative_to(root)}:{n}: {line}")
         return "\n".join(hits[:100]) or "No matches"
     except (OSError, ValueError, re.error) as e:
         return f"Error: {e}"
