@@ -725,7 +725,7 @@ async fn finish(
         }
         rt.broker
             .finish(&run.run_id, Some(Bytes::from_static(b"{}")));
-        cleanup_temporary(rt, run).await;
+        cleanup_temporary(rt, run, kw.temporary).await;
         return;
     }
 
@@ -822,7 +822,7 @@ async fn finish(
         rt.queue
             .spawn(async move { webhook::send(rt2, url, payload).await });
     }
-    cleanup_temporary(rt, run).await;
+    cleanup_temporary(rt, run, kw.temporary).await;
 }
 
 fn pending_interrupts(tasks: &[PendingTask]) -> JsonMap {
@@ -836,8 +836,7 @@ fn pending_interrupts(tasks: &[PendingTask]) -> JsonMap {
 }
 
 /// Deletes a stateless run's temporary thread (and its files).
-async fn cleanup_temporary(rt: &Rt, run: &Run) {
-    let temporary = RunKwargs::from_map(&run.kwargs).is_ok_and(|k| k.temporary);
+async fn cleanup_temporary(rt: &Rt, run: &Run, temporary: bool) {
     if !temporary {
         return;
     }
@@ -875,7 +874,8 @@ pub async fn cancel(rt: &Rt, target: CancelTarget, action: CancelAction) -> Resu
                     )
                 };
                 rt.broker.finish(&r.run_id, Some(body));
-                cleanup_temporary(rt, r).await;
+                let temporary = RunKwargs::from_map(&r.kwargs).is_ok_and(|k| k.temporary);
+                cleanup_temporary(rt, r, temporary).await;
             }
             RunStatus::Running => {
                 lock(&rt.queue.early_cancels).insert(r.run_id.clone(), (action, Instant::now()));
