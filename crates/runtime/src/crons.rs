@@ -8,6 +8,16 @@ use chrono::{DateTime, Utc};
 use fawn_checkpoint::Cron;
 use serde_json::{Value, json};
 
+/// Keys of a cron body that are not part of the run it creates at each tick.
+pub const CRON_KEYS: &[&str] = &[
+    "schedule",
+    "timezone",
+    "end_time",
+    "enabled",
+    "on_run_completed",
+    "thread_id",
+];
+
 /// Parses a cron expression (5 fields; 6 with seconds also accepted).
 pub fn parse_schedule(s: &str) -> Result<croner::Cron, String> {
     s.trim()
@@ -85,15 +95,8 @@ pub async fn tick(rt: &Rt) -> usize {
 async fn fire(rt: &Rt, cron: &Cron) {
     let mut payload = cron.payload.clone();
     payload.insert("assistant_id".into(), json!(cron.assistant_id));
-    for k in [
-        "schedule",
-        "timezone",
-        "end_time",
-        "enabled",
-        "on_run_completed",
-        "thread_id",
-    ] {
-        payload.remove(k);
+    for k in CRON_KEYS {
+        payload.remove(*k);
     }
     let mut meta = match payload.remove("metadata") {
         Some(Value::Object(m)) => m,

@@ -510,46 +510,30 @@ async fn run_attempt(rt: &Rt, run: &Run, active: &Arc<ActiveRun>) {
             active.token.clone(),
         )
     };
-    let failed = |message: String| RunOutcome::Error {
-        error: "ValueError".into(),
-        message,
-    };
-    if let Some(message) = unreadable {
-        let obs = observer_for(JsonMap::new(), None);
-        complete(
-            rt,
-            run,
-            &kw,
-            &log,
-            &obs,
-            failed(message),
-            active,
-            started_at,
-        )
-        .await;
-        return;
+    // A run that cannot start (unreadable options, unknown graph, no such checkpoint, bad
+    // input) ends as an error without writing anything.
+    let prepared = async {
+        if let Some(message) = unreadable {
+            return Err(message);
+        }
+        let graph = rt
+            .graphs
+            .get(&graph_id)
+            .cloned()
+            .ok_or_else(|| format!("Graph '{graph_id}' not found"))?;
+        let spec = build_spec(rt, run, &kw, &graph_id).await?;
+        Ok((graph, spec))
     }
-    let Some(graph) = rt.graphs.get(&graph_id).cloned() else {
-        let obs = observer_for(JsonMap::new(), None);
-        let outcome = failed(format!("Graph '{graph_id}' not found"));
-        complete(rt, run, &kw, &log, &obs, outcome, active, started_at).await;
-        return;
-    };
-    let spec = match build_spec(rt, run, &kw, &graph_id).await {
-        Ok(s) => s,
+    .await;
+    let (graph, spec) = match prepared {
+        Ok(p) => p,
         Err(message) => {
             let obs = observer_for(JsonMap::new(), None);
-            complete(
-                rt,
-                run,
-                &kw,
-                &log,
-                &obs,
-                failed(message),
-                active,
-                started_at,
-            )
-            .await;
+            let outcome = RunOutcome::Error {
+                error: "ValueError".into(),
+                message,
+            };
+            complete(rt, run, &kw, &log, &obs, outcome, active, started_at).await;
             return;
         }
     };

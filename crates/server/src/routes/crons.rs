@@ -12,19 +12,9 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use fawn_checkpoint::{CronFilter, CronPatch, CronQuery, CronSort, JsonMap, NewCron};
 use fawn_runtime::create::{RunCreate, RunTarget, prepare_run, resolve_assistant};
-use fawn_runtime::crons::{next_run, parse_schedule, parse_tz};
+use fawn_runtime::crons::{CRON_KEYS, next_run, parse_schedule, parse_tz};
 use serde::Deserialize;
 use serde_json::{Value, json};
-
-/// Keys of a cron body that are not part of the run payload.
-const CRON_KEYS: &[&str] = &[
-    "schedule",
-    "timezone",
-    "end_time",
-    "enabled",
-    "on_run_completed",
-    "thread_id",
-];
 
 fn parse_time(field: &str, v: &Value) -> ApiResult<Option<DateTime<Utc>>> {
     match v {
