@@ -71,6 +71,14 @@ pub const IGNORED_DEERFLOW_SECTIONS: &[&str] = &[
 ];
 
 const CONFIG_NAME: &str = "config.yaml";
+
+/// How problems of the file at `path` are reported: its own name (`deerflow.yaml`), so a
+/// message never names a file the user does not have; `default` when it has none.
+fn file_label(path: &Path, default: &str) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| default.to_string())
+}
 const EXTENSIONS_NAME: &str = "extensions_config.json";
 
 /// Where the config file is, if any. An explicitly named file must exist.
@@ -154,10 +162,10 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded, ConfigErrors> {
     }
     let config_text = config_path
         .as_deref()
-        .and_then(|p| source::read_file(p, CONFIG_NAME, &mut report));
+        .and_then(|p| source::read_file(p, &file_label(p, CONFIG_NAME), &mut report));
     let extensions_text = extensions_path
         .as_deref()
-        .and_then(|p| source::read_file(p, EXTENSIONS_NAME, &mut report));
+        .and_then(|p| source::read_file(p, &file_label(p, EXTENSIONS_NAME), &mut report));
     build(
         config_text.as_deref(),
         config_path,
@@ -195,16 +203,23 @@ fn build(
 ) -> Result<Loaded, ConfigErrors> {
     let mut app = AppConfig::default();
     let mut origins = Origins::default();
+    let config_name = config_path
+        .as_deref()
+        .map_or_else(|| CONFIG_NAME.to_string(), |p| file_label(p, CONFIG_NAME));
+    let extensions_name = extensions_path.as_deref().map_or_else(
+        || EXTENSIONS_NAME.to_string(),
+        |p| file_label(p, EXTENSIONS_NAME),
+    );
     if let Some(text) = config_text
-        && let Some(root) = source::parse_yaml(text, CONFIG_NAME, &mut report)
-        && let Some(map) = source::top_level(root, CONFIG_NAME, &mut report)
+        && let Some(root) = source::parse_yaml(text, &config_name, &mut report)
+        && let Some(map) = source::top_level(root, &config_name, &mut report)
     {
         parse_app(map, opts, &mut app, &mut origins, &mut report);
     }
     let mut extensions = ExtensionsConfig::default();
     if let Some(text) = extensions_text
-        && let Some(root) = source::parse_json(text, EXTENSIONS_NAME, &mut report)
-        && let Some(map) = source::top_level(root, EXTENSIONS_NAME, &mut report)
+        && let Some(root) = source::parse_json(text, &extensions_name, &mut report)
+        && let Some(map) = source::top_level(root, &extensions_name, &mut report)
     {
         extensions = parse_extensions(map, opts, &mut report);
     }

@@ -214,3 +214,43 @@ fn database_url_overrides_the_database_section() {
         ["database.postgres_url: is required when backend is postgres (or set DATABASE_URL)"]
     );
 }
+
+#[test]
+fn problems_name_the_file_as_it_is_called() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cfg = write(d, "deerflow-prod.yaml", "models: [\n");
+    let err = load(&LoadOptions::with_vars(d, Vec::<(String, String)>::new()).config_path(&cfg))
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("deerflow-prod.yaml: invalid YAML"), "{err}");
+    assert!(!err.contains("config.yaml"), "{err}");
+}
+
+#[test]
+fn long_comment_blocks_under_a_key_load() {
+    // DeerFlow's example config follows `models:` with well over 32 comment lines (every
+    // provider, commented out) before the first entry; a parser budget on buffered comments
+    // refused it.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut yaml = String::from("models:\n");
+    for i in 0..200 {
+        yaml.push_str(&format!(
+            "  # - name: provider-{i}   # use: some.module:Class{i}\n"
+        ));
+    }
+    yaml.push_str("  - name: kept\n    use: langchain_openai:ChatOpenAI\n    model: m\n");
+    yaml.push_str("tools:\n");
+    for i in 0..80 {
+        yaml.push_str(&format!("  # tool {i}\n"));
+    }
+    yaml.push_str("  - name: ls\n    group: file:read\n    use: deerflow.sandbox.tools:ls_tool\n");
+    let cfg = write(d, "config.yaml", &yaml);
+    let l =
+        load(&LoadOptions::with_vars(d, Vec::<(String, String)>::new()).config_path(&cfg)).unwrap();
+    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    assert_eq!(l.settings.app.models.len(), 1);
+    assert_eq!(l.settings.app.models[0].name, "kept");
+    assert_eq!(l.settings.app.tools.len(), 1);
+}
