@@ -24,6 +24,7 @@
 //! the server itself (logged).
 
 pub mod artifacts;
+pub mod channels;
 pub mod config;
 pub mod mcp;
 pub mod memory;
@@ -79,6 +80,16 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .route("/memory/import", post(memory::import))
         .route("/memory/config", get(memory::config))
         .route("/memory/status", get(memory::status))
+        .route("/channels/providers", get(channels::providers))
+        .route("/channels/connections", get(channels::connections))
+        .route("/channels/connections/{id}", delete(channels::unsupported))
+        .route("/channels/{provider}/connect", post(channels::unsupported))
+        .route(
+            "/channels/{provider}/runtime-config",
+            post(channels::unsupported)
+                .put(channels::unsupported)
+                .delete(channels::unsupported),
+        )
         .route("/suggestions/config", get(threads::suggestions_config))
         .route(
             "/threads/{thread_id}/suggestions",

@@ -53,8 +53,12 @@ pub async fn info(State(app): State<AppState>) -> Response {
 
 pub async fn health(State(app): State<AppState>) -> Response {
     let db = app.store.ping().await;
+    // DeerFlow's gateway answers {"status": "healthy", "service": "deer-flow-gateway"};
+    // clients that check it see the same, with Fawn's details beside it.
     let body = json!({
-        "status": if db { "ok" } else { "degraded" },
+        "status": if db { "healthy" } else { "unhealthy" },
+        "service": "deer-flow-gateway",
+        "server": "fawn",
         "database": {"backend": app.store.backend(), "ok": db},
         "runs": {"active_here": app.queue.active_count()},
         "demo_model": demo_json(&app),

@@ -264,6 +264,17 @@ async fn models_features_and_auth() {
     assert_eq!(st, json!({"needs_setup": false}));
     let (_, sc) = app.get_json("/api/suggestions/config").await;
     assert_eq!(sc["enabled"], false);
+    // IM channels are not implemented: the reads the UI makes on every page say so, the
+    // writes answer 501 (never a 404 the UI retries).
+    let (s, ch) = app.get_json("/api/channels/providers").await;
+    assert_eq!((s, ch), (200, json!({"enabled": false, "providers": []})));
+    let (s, ch) = app.get_json("/api/channels/connections").await;
+    assert_eq!((s, ch), (200, json!({"enabled": false, "connections": []})));
+    let (s, e) = app
+        .post_json("/api/channels/slack/connect", json!({}))
+        .await;
+    assert_eq!(s, 501, "{e}");
+    assert_eq!(e["detail"], "IM channels are not supported by Fawn");
 
     // Gateway routes live under /api only; the LangGraph routes still answer there.
     assert_eq!(app.get_json("/api/langgraph/models").await.0, 404);

@@ -22,6 +22,8 @@ async fn meta_routes_on_every_prefix(db: Db) {
         assert_eq!(v["flags"]["crons"], true);
         let (s, v) = app.get_json(&format!("{prefix}/health")).await;
         assert_eq!(s, 200, "{v}");
+        assert_eq!(v["status"], "healthy", "{v}");
+        assert_eq!(v["service"], "deer-flow-gateway", "{v}");
         assert_eq!(v["database"]["ok"], true);
         let expected = if db == Db::Sqlite {
             "sqlite"
