@@ -82,6 +82,10 @@ impl Settings {
 pub struct ConfigIssue {
     pub path: String,
     pub message: String,
+    /// The entry names an implementation (`use:`) Fawn does not have. By default the loader
+    /// skips that `models[i]`/`tools[i]` entry with a warning; strict loading makes it an
+    /// error.
+    pub unsupported: bool,
 }
 
 impl ConfigIssue {
@@ -89,6 +93,15 @@ impl ConfigIssue {
         ConfigIssue {
             path: path.into(),
             message: message.into(),
+            unsupported: false,
+        }
+    }
+
+    /// An entry whose `use:` Fawn does not implement (see [`ConfigIssue::unsupported`]).
+    pub fn unsupported(path: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigIssue {
+            unsupported: true,
+            ..ConfigIssue::new(path, message)
         }
     }
 }

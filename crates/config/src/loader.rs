@@ -1,5 +1,6 @@
 //! Finding the files, reading them section by section, and building [`Settings`].
 
+use crate::ConfigIssue;
 use crate::keypath;
 use crate::options::LoadOptions;
 use crate::source::{self, Unset};
@@ -226,10 +227,66 @@ fn build(
     apply_database_url(opts, &mut app, &mut report);
     validate::app(&mut app, &origins, &mut report);
     validate::extensions(&extensions, &mut report);
-    for check in opts.validators() {
-        for issue in check(&app) {
-            let path = origins.remap(&issue.path);
+    let issues: Vec<ConfigIssue> = opts
+        .validators()
+        .iter()
+        .flat_map(|check| check(&app))
+        .collect();
+    // Entries naming an implementation Fawn does not have are skipped with a warning
+    // (DeerFlow's example config enables some), unless loading is strict.
+    let mut skipped: Vec<(&'static str, usize)> = Vec::new();
+    if !opts.is_strict() {
+        for issue in issues.iter().filter(|i| i.unsupported) {
+            if let Some(entry) = list_entry(&issue.path)
+                && !skipped.contains(&entry)
+            {
+                skipped.push(entry);
+            }
+        }
+    }
+    let in_skipped =
+        |typed_path: &str| list_entry(typed_path).is_some_and(|e| skipped.contains(&e));
+    let skipped_file_paths: Vec<String> = skipped
+        .iter()
+        .map(|(list, i)| origins.remap(&format!("{list}[{i}]")))
+        .collect();
+    // What the loader itself found wrong in a skipped entry (an unset `$VAR` of a provider
+    // Fawn does not have) does not count either.
+    report.errors.retain(|e| {
+        !skipped_file_paths
+            .iter()
+            .any(|p| e.path == *p || e.path.starts_with(&format!("{p}.")))
+    });
+    for issue in issues {
+        let path = origins.remap(&issue.path);
+        if issue.unsupported && !opts.is_strict() {
+            report.warn(
+                path,
+                format!(
+                    "{}; the entry is skipped (--strict makes this an error)",
+                    issue.message
+                ),
+            );
+        } else if !in_skipped(&issue.path) {
             report.error(path, issue.message);
+        }
+    }
+    skipped.sort_unstable();
+    for (list, i) in skipped.into_iter().rev() {
+        match list {
+            "models" if i < app.models.len() => {
+                app.models.remove(i);
+                if i < origins.models.len() {
+                    origins.models.remove(i);
+                }
+            }
+            "tools" if i < app.tools.len() => {
+                app.tools.remove(i);
+                if i < origins.tools.len() {
+                    origins.tools.remove(i);
+                }
+            }
+            _ => {}
         }
     }
 
@@ -374,6 +431,18 @@ const MODEL_ALIASES: &[&[&str]] = &[
     &["timeout", "request_timeout", "default_request_timeout"],
     &["headers", "default_headers"],
 ];
+
+/// The `models[i]` / `tools[i]` entry a typed key path is in.
+fn list_entry(path: &str) -> Option<(&'static str, usize)> {
+    for list in ["models", "tools"] {
+        let Some(rest) = path.strip_prefix(list).and_then(|r| r.strip_prefix('[')) else {
+            continue;
+        };
+        let end = rest.find(']')?;
+        return rest[..end].parse().ok().map(|i| (list, i));
+    }
+    None
+}
 
 /// Original list positions of the entries that parsed (a dropped entry must not shift the
 /// index in later messages).

@@ -22,6 +22,7 @@ pub struct LoadOptions {
     pub cwd: PathBuf,
     env: Lookup,
     validators: Vec<Validator>,
+    strict: bool,
 }
 
 impl std::fmt::Debug for LoadOptions {
@@ -41,6 +42,7 @@ impl LoadOptions {
             cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
             env: Arc::new(|name| std::env::var(name).ok()),
             validators: Vec::new(),
+            strict: false,
         }
     }
 
@@ -59,6 +61,7 @@ impl LoadOptions {
             cwd: cwd.into(),
             env: Arc::new(move |name| map.get(name).cloned()),
             validators: Vec::new(),
+            strict: false,
         }
     }
 
@@ -72,6 +75,7 @@ impl LoadOptions {
             cwd: cwd.into(),
             env: Arc::new(lookup),
             validators: Vec::new(),
+            strict: false,
         }
     }
 
@@ -89,6 +93,17 @@ impl LoadOptions {
 
     pub(crate) fn validators(&self) -> &[Validator] {
         &self.validators
+    }
+
+    /// `--strict`: an entry whose `use:` Fawn does not implement is an error instead of a
+    /// skipped entry and a warning.
+    pub fn strict(mut self, strict: bool) -> Self {
+        self.strict = strict;
+        self
+    }
+
+    pub(crate) fn is_strict(&self) -> bool {
+        self.strict
     }
 
     /// An environment variable (an empty value counts as set, as in DeerFlow).

@@ -35,6 +35,10 @@ enum Command {
     CheckConfig {
         /// The config file; default: FAWN_CONFIG, DEER_FLOW_CONFIG_PATH, then ./config.yaml.
         path: Option<PathBuf>,
+        /// Entries whose `use:` Fawn does not implement are errors, not skipped with a
+        /// warning.
+        #[arg(long)]
+        strict: bool,
     },
     /// Create or upgrade the database schema (SQLite under the data dir, or DATABASE_URL),
     /// then exit. `serve` does this too at startup.
@@ -62,6 +66,10 @@ struct ServeArgs {
     /// holds up every request until it finishes.
     #[arg(long, env = "FAWN_WORKERS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     workers: Option<u16>,
+    /// Refuse to start when an entry's `use:` is not implemented by Fawn (by default such
+    /// entries are skipped with a warning).
+    #[arg(long, env = "FAWN_STRICT_CONFIG")]
+    strict: bool,
     /// Listen on a non-loopback address although Fawn has no authentication yet: anyone
     /// who can reach the port can read and change every thread and spend the configured
     /// model keys. Without it, serve refuses such an address.
@@ -72,7 +80,7 @@ struct ServeArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::CheckConfig { path } => check_config(path),
+        Command::CheckConfig { path, strict } => check_config(path, strict),
         Command::Migrate { config } => match migrate(config) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -92,8 +100,9 @@ fn main() -> ExitCode {
 
 /// The process environment plus the registries' checks of `use:` values, so that one
 /// `check-config` run reports every problem.
-fn load_options(path: Option<PathBuf>) -> fawn_config::LoadOptions {
+fn load_options(path: Option<PathBuf>, strict: bool) -> fawn_config::LoadOptions {
     let opts = fawn_config::LoadOptions::from_process()
+        .strict(strict)
         .validator(std::sync::Arc::new(fawn_llm::validate_models))
         .validator(std::sync::Arc::new(
             fawn_tools::registry::validate_tool_config,
@@ -106,8 +115,8 @@ fn load_options(path: Option<PathBuf>) -> fawn_config::LoadOptions {
 
 /// Every problem of the configuration, one line each with its key path. Invalid skills are
 /// warnings.
-fn check_config(path: Option<PathBuf>) -> ExitCode {
-    let loaded = match fawn_config::load(&load_options(path)) {
+fn check_config(path: Option<PathBuf>, strict: bool) -> ExitCode {
+    let loaded = match fawn_config::load(&load_options(path, strict)) {
         Ok(l) => l,
         Err(errors) => {
             for issue in &errors.0 {
@@ -157,8 +166,8 @@ fn init_logging(level: Option<&str>) {
         .try_init();
 }
 
-fn load_settings(path: Option<PathBuf>) -> anyhow::Result<fawn_config::Settings> {
-    let loaded = fawn_config::load(&load_options(path))
+fn load_settings(path: Option<PathBuf>, strict: bool) -> anyhow::Result<fawn_config::Settings> {
+    let loaded = fawn_config::load(&load_options(path, strict))
         .map_err(|e| anyhow::anyhow!("invalid configuration:\n{e}"))
         .context("loading configuration")?;
     init_logging(loaded.settings.app.log_level.as_deref());
@@ -180,7 +189,7 @@ fn runtime(workers: Option<u16>) -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let settings = load_settings(args.config.clone())?;
+    let settings = load_settings(args.config.clone(), args.strict)?;
     runtime(args.workers)?.block_on(async move {
         let options = fawn_server::AppOptions {
             host: args.host.clone(),
@@ -201,7 +210,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 fn migrate(config: Option<PathBuf>) -> anyhow::Result<()> {
-    let settings = load_settings(config)?;
+    let settings = load_settings(config, false)?;
     runtime(None)?.block_on(async move {
         let backend = fawn_checkpoint::BackendConfig::from_settings(&settings)
             .map_err(|e| anyhow::anyhow!("{e}"))?;

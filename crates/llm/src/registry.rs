@@ -237,7 +237,7 @@ fn plan(cfg: &ModelConfig, index: usize) -> Result<Plan, Vec<ConfigIssue>> {
                 let hint = unsupported_hint(cfg.use_.trim())
                     .map(|h| format!(" ({h})"))
                     .unwrap_or_default();
-                issues.push(ConfigIssue::new(
+                issues.push(ConfigIssue::unsupported(
                     at("use"),
                     format!(
                         "unsupported model class '{}'{hint}; supported: {}",

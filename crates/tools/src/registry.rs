@@ -213,7 +213,7 @@ fn plan_entry(index: usize, t: &ToolConfig) -> Result<Planned, Vec<ConfigIssue>>
             // The config loader already reports a missing `use`.
             return Err(Vec::new());
         }
-        return Err(vec![ConfigIssue::new(
+        return Err(vec![ConfigIssue::unsupported(
             format!("{base}.use"),
             unknown_use_message(&t.use_),
         )]);

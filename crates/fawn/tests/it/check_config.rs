@@ -62,7 +62,7 @@ fn every_problem_is_one_line_with_its_key_path() {
         .lines()
         .filter(|l| l.starts_with("error: "))
         .collect();
-    assert_eq!(errors.len(), 3, "{stderr}");
+    assert_eq!(errors.len(), 2, "{stderr}");
     assert_eq!(
         errors[0],
         "error: models[0].api_key: environment variable FAWN_TEST_SURELY_UNSET_KEY is not set"
@@ -71,11 +71,87 @@ fn every_problem_is_one_line_with_its_key_path() {
         errors[1].starts_with("error: models[1].max_tokens: "),
         "{stderr}"
     );
+    // A class Fawn does not implement is skipped (a warning, shown when the load
+    // succeeds), and is an error with --strict.
+    let out = fawn()
+        .current_dir(dir.path())
+        .args(["check-config", "--strict"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        errors[2]
-            .starts_with("error: models[2].use: unsupported model class 'acme.models:ChatAcme'"),
+        stderr.lines().any(|l| l
+            .starts_with("error: models[2].use: unsupported model class 'acme.models:ChatAcme'")),
         "{stderr}"
     );
+}
+
+/// DeerFlow's config and extensions files, as DeerFlow users have them (fixtures written
+/// from DeerFlow's documented structure): long comment blocks under list keys, DeerFlow-only
+/// sections, a Gemini and an Ollama model and an image-search tool Fawn does not implement.
+fn deerflow_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/deerflow");
+    std::fs::copy(
+        fixtures.join("config.example.yaml"),
+        dir.path().join("config.yaml"),
+    )
+    .unwrap();
+    std::fs::copy(
+        fixtures.join("extensions_config.example.json"),
+        dir.path().join("extensions_config.json"),
+    )
+    .unwrap();
+    dir
+}
+
+#[test]
+fn a_deerflow_config_loads_and_says_what_it_skips() {
+    let dir = deerflow_dir();
+    let out = fawn()
+        .current_dir(dir.path())
+        .env("FAWN_FIXTURE_OPENAI_KEY", "k")
+        .args(["check-config", "config.yaml"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(
+        stdout.contains("models: 1, tools: 9, MCP servers: 2"),
+        "{stdout}"
+    );
+    for skipped in [
+        "warning: models[1].use: unsupported model class 'langchain_google_genai:ChatGoogleGenerativeAI'",
+        "warning: models[2].use: unsupported model class 'langchain_ollama:ChatOllama'",
+        "warning: tools[2].use: unknown tool 'deerflow.community.image_search.tools:image_search_tool'",
+    ] {
+        assert!(
+            stderr.lines().any(|l| l.starts_with(skipped)),
+            "{skipped}\n{stderr}"
+        );
+    }
+    assert!(!stderr.contains("error:"), "{stderr}");
+    let out = fawn()
+        .current_dir(dir.path())
+        .env("FAWN_FIXTURE_OPENAI_KEY", "k")
+        .args(["check-config", "--strict", "config.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for unsupported in [
+        "error: models[1].use: ",
+        "error: models[2].use: ",
+        "error: tools[2].use: ",
+    ] {
+        assert!(
+            stderr.lines().any(|l| l.starts_with(unsupported)),
+            "{unsupported}\n{stderr}"
+        );
+    }
 }
 
 #[test]

@@ -107,3 +107,45 @@ fn a_non_loopback_address_needs_the_insecure_flag() {
         "refused before anything was created"
     );
 }
+
+#[test]
+fn a_deerflow_config_serves_without_what_fawn_lacks() {
+    let home = tempfile::tempdir().unwrap();
+    let fixtures =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/deerflow");
+    let config = home.path().join("config.yaml");
+    std::fs::copy(fixtures.join("config.example.yaml"), &config).unwrap();
+    std::fs::copy(
+        fixtures.join("extensions_config.example.json"),
+        home.path().join("extensions_config.json"),
+    )
+    .unwrap();
+    let child = fawn(home.path())
+        .env("FAWN_FIXTURE_OPENAI_KEY", "k")
+        .args(["serve", "--port", "0", "--config"])
+        .arg(&config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut server = Server(child);
+    let stdout = server.0.stdout.take().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut addr = None;
+    for line in BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            addr = rest.split_whitespace().next().map(str::to_string);
+            break;
+        }
+        assert!(Instant::now() < deadline, "no address announced");
+    }
+    let addr = addr.expect("the server announces its address");
+    let (status, body) = request(&addr, "GET", "/api/models", "");
+    assert!(status.contains(" 200 "), "{status}");
+    assert!(body.contains("\"gpt-example\""), "{body}");
+    assert!(
+        !body.contains("gemini-example") && !body.contains("ollama-example"),
+        "{body}"
+    );
+}
