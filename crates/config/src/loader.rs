@@ -260,12 +260,14 @@ fn build(
     for issue in issues {
         let path = origins.remap(&issue.path);
         if issue.unsupported && !opts.is_strict() {
+            let what = if list_entry(&issue.path).is_some() {
+                "the entry is skipped"
+            } else {
+                "it is not used"
+            };
             report.warn(
                 path,
-                format!(
-                    "{}; the entry is skipped (--strict makes this an error)",
-                    issue.message
-                ),
+                format!("{}; {what} (--strict makes this an error)", issue.message),
             );
         } else if !in_skipped(&issue.path) {
             report.error(path, issue.message);

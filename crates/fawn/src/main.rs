@@ -106,7 +106,8 @@ fn load_options(path: Option<PathBuf>, strict: bool) -> fawn_config::LoadOptions
         .validator(std::sync::Arc::new(fawn_llm::validate_models))
         .validator(std::sync::Arc::new(
             fawn_tools::registry::validate_tool_config,
-        ));
+        ))
+        .validator(std::sync::Arc::new(fawn_sandbox::validate_sandbox_config));
     match path {
         Some(p) => opts.config_path(p),
         None => opts,

@@ -229,3 +229,23 @@ pub trait SandboxProvider: Send + Sync {
     /// The host directories of a thread (without creating them).
     fn thread_paths(&self, thread_id: &str) -> ThreadPaths;
 }
+
+/// The `sandbox.use` values Fawn implements: DeerFlow's local provider, which Fawn runs with
+/// bubblewrap.
+pub const SUPPORTED_PROVIDERS: &[&str] = &["deerflow.sandbox.local:LocalSandboxProvider"];
+
+/// Checks `sandbox.use` (for the config loader): a provider Fawn does not have is said out
+/// loud (a warning, an error when loading strictly), never silently replaced.
+pub fn validate_sandbox_config(app: &fawn_config::AppConfig) -> Vec<fawn_config::ConfigIssue> {
+    match app.sandbox.use_.as_deref().map(str::trim) {
+        None | Some("") => Vec::new(),
+        Some(u) if SUPPORTED_PROVIDERS.contains(&u) => Vec::new(),
+        Some(u) => vec![fawn_config::ConfigIssue::unsupported(
+            "sandbox.use",
+            format!(
+                "sandbox provider '{u}' is not implemented by Fawn; bash and the file tools \
+                 run in Fawn's local sandbox (bubblewrap) instead"
+            ),
+        )],
+    }
+}

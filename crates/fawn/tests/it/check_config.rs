@@ -166,3 +166,42 @@ fn a_missing_config_file_is_named() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("nope.yaml"), "{stderr}");
 }
+
+#[test]
+fn a_sandbox_provider_fawn_lacks_is_said_out_loud() {
+    let dir = deerflow_dir();
+    let config = dir.path().join("config.yaml");
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "use: deerflow.sandbox.local:LocalSandboxProvider",
+        "use: deerflow.community.aio_sandbox:AioSandboxProvider",
+    );
+    std::fs::write(&config, text).unwrap();
+    let out = fawn()
+        .current_dir(dir.path())
+        .env("FAWN_FIXTURE_OPENAI_KEY", "k")
+        .args(["check-config", "config.yaml"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.lines().any(|l| l.starts_with(
+            "warning: sandbox.use: sandbox provider 'deerflow.community.aio_sandbox:AioSandboxProvider' is not implemented by Fawn"
+        )),
+        "{stderr}"
+    );
+    let out = fawn()
+        .current_dir(dir.path())
+        .env("FAWN_FIXTURE_OPENAI_KEY", "k")
+        .args(["check-config", "--strict", "config.yaml"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("error: sandbox.use: ")),
+        "{stderr}"
+    );
+}
