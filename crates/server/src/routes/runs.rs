@@ -450,6 +450,18 @@ pub async fn cancel_one(
     )
     .await?;
     if matched.is_empty() {
+        // DeerFlow's gateway (the `/api` mount its UI calls) answers 409 for a run that
+        // exists but has ended, the one status its UI treats as a harmless no-op; the
+        // LangGraph mounts answer 404 as the SDKs expect.
+        if prefix == "/api"
+            && let Ok(Some(run)) = app.store.get_run(&rid).await
+            && run.thread_id == tid
+        {
+            return Err(ApiError::conflict(format!(
+                "Run {rid} is not active (status: {}); there is nothing to cancel",
+                run.status.as_str()
+            )));
+        }
         return Err(ApiError::not_found(format!(
             "No matching runs to cancel: run {rid} of thread {tid} is not pending or running"
         )));

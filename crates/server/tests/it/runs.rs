@@ -590,11 +590,26 @@ async fn cancel_interrupt_and_rollback(db: Db) {
     let (_, state) = app.get_json(&format!("/threads/{tid}/state")).await;
     assert_eq!(state["next"], json!(["agent"]), "{state}");
     eprintln!("cancel → model stream dropped in {latency:?}");
-    // Cancelling it again: nothing to cancel.
-    let (s, v) = app
-        .post_json(&format!("/threads/{tid}/runs/{a}/cancel"), json!({}))
+    // Cancelling it again: nothing to cancel. 404 on the LangGraph mounts (the SDKs expect
+    // it), 409 under /api (DeerFlow's UI treats that as a harmless no-op); an unknown run
+    // is 404 everywhere.
+    for (prefix, status) in [("", 404), ("/api/langgraph", 404), ("/api", 409)] {
+        let (s, v) = app
+            .post_json(
+                &format!("{prefix}/threads/{tid}/runs/{a}/cancel"),
+                json!({}),
+            )
+            .await;
+        assert_eq!(s, status, "{prefix}: {v}");
+    }
+    let unknown = uuid::Uuid::new_v4();
+    let (s, _) = app
+        .post_json(
+            &format!("/api/threads/{tid}/runs/{unknown}/cancel"),
+            json!({}),
+        )
         .await;
-    assert_eq!(s, 404, "{v}");
+    assert_eq!(s, 404);
     // Rollback with wait=1: the run and its checkpoints are gone.
     let before = app
         .post_json(&format!("/threads/{tid}/history"), json!({"limit": 100}))
