@@ -40,9 +40,11 @@ mod disarmed {
     use super::Point;
     use tokio_util::sync::CancellationToken;
 
-    /// No seams in this build.
+    /// No seams in this build (a field, so both builds construct it the same way).
     #[derive(Debug, Default)]
-    pub struct Hooks;
+    pub struct Hooks {
+        _none: (),
+    }
 
     impl Hooks {
         #[inline(always)]
