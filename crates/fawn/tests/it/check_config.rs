@@ -91,7 +91,7 @@ fn every_problem_is_one_line_with_its_key_path() {
 /// DeerFlow's config and extensions files, as DeerFlow users have them (fixtures written
 /// from DeerFlow's documented structure): long comment blocks under list keys, DeerFlow-only
 /// sections, a Gemini and an Ollama model and an image-search tool Fawn does not implement.
-fn deerflow_dir() -> tempfile::TempDir {
+pub(crate) fn deerflow_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/deerflow");
     std::fs::copy(

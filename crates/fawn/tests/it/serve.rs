@@ -43,25 +43,16 @@ fn request(addr: &str, method: &str, path: &str, body: &str) -> (String, String)
     (status, body)
 }
 
-#[test]
-fn one_worker_serves_requests() {
-    let home = tempfile::tempdir().unwrap();
-    let config = home.path().join("config.yaml");
-    std::fs::write(
-        &config,
-        "title:\n  enabled: false\nmemory:\n  enabled: false\n",
-    )
-    .unwrap();
-    let child = fawn(home.path())
-        .args(["serve", "--port", "0", "--workers", "1", "--config"])
-        .arg(&config)
+/// Starts `fawn serve` as `cmd` describes and returns it with the address it announces.
+fn start(cmd: &mut Command) -> (Server, String) {
+    let child = cmd
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let mut server = Server(child);
     let stdout = server.0.stdout.take().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(60);
     let mut addr = None;
     for line in BufReader::new(stdout).lines() {
         let line = line.unwrap();
@@ -72,6 +63,23 @@ fn one_worker_serves_requests() {
         assert!(Instant::now() < deadline, "no address announced");
     }
     let addr = addr.expect("the server announces its address");
+    (server, addr)
+}
+
+#[test]
+fn one_worker_serves_requests() {
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "title:\n  enabled: false\nmemory:\n  enabled: false\n",
+    )
+    .unwrap();
+    let (_server, addr) = start(
+        fawn(home.path())
+            .args(["serve", "--port", "0", "--workers", "1", "--config"])
+            .arg(&config),
+    );
     let (status, _) = request(&addr, "GET", "/ok", "");
     assert!(status.contains(" 200 "), "{status}");
     let (status, body) = request(&addr, "POST", "/threads", "{}");
@@ -110,37 +118,13 @@ fn a_non_loopback_address_needs_the_insecure_flag() {
 
 #[test]
 fn a_deerflow_config_serves_without_what_fawn_lacks() {
-    let home = tempfile::tempdir().unwrap();
-    let fixtures =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/deerflow");
-    let config = home.path().join("config.yaml");
-    std::fs::copy(fixtures.join("config.example.yaml"), &config).unwrap();
-    std::fs::copy(
-        fixtures.join("extensions_config.example.json"),
-        home.path().join("extensions_config.json"),
-    )
-    .unwrap();
-    let child = fawn(home.path())
-        .env("FAWN_FIXTURE_OPENAI_KEY", "k")
-        .args(["serve", "--port", "0", "--config"])
-        .arg(&config)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut server = Server(child);
-    let stdout = server.0.stdout.take().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut addr = None;
-    for line in BufReader::new(stdout).lines() {
-        let line = line.unwrap();
-        if let Some(rest) = line.split("listening on http://").nth(1) {
-            addr = rest.split_whitespace().next().map(str::to_string);
-            break;
-        }
-        assert!(Instant::now() < deadline, "no address announced");
-    }
-    let addr = addr.expect("the server announces its address");
+    let home = crate::check_config::deerflow_dir();
+    let (_server, addr) = start(
+        fawn(home.path())
+            .env("FAWN_FIXTURE_OPENAI_KEY", "k")
+            .args(["serve", "--port", "0", "--config"])
+            .arg(home.path().join("config.yaml")),
+    );
     let (status, body) = request(&addr, "GET", "/api/models", "");
     assert!(status.contains(" 200 "), "{status}");
     assert!(body.contains("\"gpt-example\""), "{body}");
