@@ -1,5 +1,6 @@
-//! Persistence: checkpoints, threads, runs (the run queue), assistants, crons and the store,
-//! on SQLite (embedded default) or Postgres, behind one set of traits ([`Persistence`]).
+//! Persistence: checkpoints, threads, runs (the run queue), assistants, crons, the store and
+//! user accounts with their API keys, on SQLite (embedded default) or Postgres, behind one
+//! set of traits ([`Persistence`]).
 //!
 //! Checkpoints are stored as deltas (each step's writes) plus snapshots taken when the deltas
 //! written since the last snapshot outweigh it, so the cost of a step does not grow with the
@@ -279,10 +280,34 @@ pub trait ItemStore: Send + Sync {
     async fn sweep_expired_items(&self, now: DateTime<Utc>) -> Result<u64>;
 }
 
+/// Accounts and API keys.
+#[async_trait]
+pub trait UserStore: Send + Sync {
+    /// Creates a user (the email is stored lower-cased). A taken email is
+    /// [`StoreError::Conflict`]. `first_admin`: only while no admin exists, atomically
+    /// (`Conflict` otherwise), so two concurrent first-run setups cannot both succeed.
+    async fn create_user(&self, user: NewUser, first_admin: bool) -> Result<User>;
+    async fn get_user(&self, user_id: &str) -> Result<Option<User>>;
+    /// By email, case-insensitively.
+    async fn user_by_email(&self, email: &str) -> Result<Option<User>>;
+    async fn count_users(&self) -> Result<u64>;
+    async fn has_admin(&self) -> Result<bool>;
+    /// Replaces the password hash and bumps `token_version` (every session ends).
+    async fn set_password(&self, user_id: &str, password_hash: &str) -> Result<User>;
+    /// Stores a key for an existing user (`NotFound` otherwise).
+    async fn create_api_key(&self, key: NewApiKey) -> Result<ApiKey>;
+    /// The live (not revoked) key with this hash and its user.
+    async fn api_key_user(&self, key_hash: &str) -> Result<Option<(ApiKey, User)>>;
+    /// Every key (revoked ones too) of one user, or of everyone.
+    async fn list_api_keys(&self, user_id: Option<&str>) -> Result<Vec<ApiKey>>;
+    /// Revokes a key; false when there was no live key with that id.
+    async fn revoke_api_key(&self, key_id: &str) -> Result<bool>;
+}
+
 /// Everything the server stores, in one backend.
 #[async_trait]
 pub trait Persistence:
-    AssistantStore + ThreadStore + CheckpointStore + RunStore + CronStore + ItemStore
+    AssistantStore + ThreadStore + CheckpointStore + RunStore + CronStore + ItemStore + UserStore
 {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;

@@ -504,6 +504,8 @@ pub struct Cron {
 pub struct NewCron {
     pub assistant_id: String,
     pub thread_id: Option<String>,
+    /// The user the cron belongs to (its runs act for them).
+    pub user_id: Option<String>,
     pub schedule: String,
     pub timezone: Option<String>,
     pub end_time: Option<DateTime<Utc>>,
@@ -532,6 +534,8 @@ pub struct CronPatch {
 pub struct CronFilter {
     pub assistant_id: Option<String>,
     pub thread_id: Option<String>,
+    /// Only the crons of this user.
+    pub user_id: Option<String>,
     pub enabled: Option<bool>,
     pub metadata: Option<JsonMap>,
 }
@@ -605,4 +609,50 @@ pub struct Truncate {
     pub assistants: bool,
     pub checkpointer: bool,
     pub store: bool,
+}
+
+/// A user account.
+#[derive(Clone, Debug, PartialEq)]
+pub struct User {
+    pub id: String,
+    /// Lower-cased.
+    pub email: String,
+    /// argon2id in PHC form; `None` for accounts that cannot log in with a password.
+    pub password_hash: Option<String>,
+    /// `admin` or `user`.
+    pub system_role: String,
+    /// Bumped to revoke every session of the user.
+    pub token_version: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A user to create.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewUser {
+    pub email: String,
+    pub password_hash: Option<String>,
+    pub system_role: String,
+}
+
+/// An API key as stored: never the key itself.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ApiKey {
+    pub id: String,
+    pub user_id: String,
+    pub name: String,
+    /// The first characters of the key, to recognise it in a list.
+    pub prefix: String,
+    pub created_at: DateTime<Utc>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// An API key to store.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewApiKey {
+    pub user_id: String,
+    pub name: String,
+    /// Hex SHA-256 of the key.
+    pub key_hash: String,
+    pub prefix: String,
 }

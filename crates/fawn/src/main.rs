@@ -47,6 +47,54 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Accounts: `fawn user add EMAIL [--admin]`.
+    #[command(subcommand)]
+    User(UserCommand),
+    /// API keys for SDK clients (`x-api-key` / LANGGRAPH_API_KEY): create, list, revoke.
+    #[command(subcommand, name = "api-key")]
+    ApiKey(KeyCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum UserCommand {
+    /// Create an account. Without --password-stdin it has no password: it can only act
+    /// through API keys.
+    Add {
+        email: String,
+        /// Make it an admin (the first admin can also be created from the web UI's setup).
+        #[arg(long)]
+        admin: bool,
+        /// Read the password from the first line of standard input.
+        #[arg(long)]
+        password_stdin: bool,
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum KeyCommand {
+    /// Mint a key acting for the account EMAIL and print it (it is shown only once).
+    Create {
+        email: String,
+        /// A label to recognise the key by.
+        #[arg(long, default_value = "api key")]
+        name: String,
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// List keys (never the keys themselves), of one account or of all.
+    List {
+        email: Option<String>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Revoke a key by its id (from `list`); it stops working at once.
+    Revoke {
+        key_id: String,
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
 }
 
 #[derive(Args, Debug, Clone)]
@@ -70,9 +118,14 @@ struct ServeArgs {
     /// entries are skipped with a warning).
     #[arg(long, env = "FAWN_STRICT_CONFIG")]
     strict: bool,
-    /// Listen on a non-loopback address although Fawn has no authentication yet: anyone
-    /// who can reach the port can read and change every thread and spend the configured
-    /// model keys. Without it, serve refuses such an address.
+    /// Turn authentication off: every caller acts as the admin `default` and nothing is
+    /// per user (also DEER_FLOW_AUTH_DISABLED=1, ignored when DEER_FLOW_ENV or
+    /// ENVIRONMENT is `production`). Only on loopback unless --insecure-no-auth.
+    #[arg(long)]
+    no_auth: bool,
+    /// With authentication off, listen on a non-loopback address anyway: anyone who can
+    /// reach the port can read and change every thread and spend the configured model
+    /// keys. Without it, serve refuses such an address.
     #[arg(long, env = "FAWN_INSECURE_NO_AUTH")]
     insecure_no_auth: bool,
 }
@@ -95,6 +148,18 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::User(cmd) => report(user_command(cmd)),
+        Command::ApiKey(cmd) => report(key_command(cmd)),
+    }
+}
+
+fn report(r: anyhow::Result<()>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fawn: {e:#}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -192,10 +257,15 @@ fn runtime(workers: Option<u16>) -> anyhow::Result<tokio::runtime::Runtime> {
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let settings = load_settings(args.config.clone(), args.strict)?;
     runtime(args.workers)?.block_on(async move {
+        let mut auth = fawn_server::auth::AuthOptions::from_env();
+        if args.no_auth {
+            auth.enabled = false;
+        }
         let options = fawn_server::AppOptions {
             host: args.host.clone(),
             port: args.port,
             insecure_no_auth: args.insecure_no_auth,
+            auth,
             ..fawn_server::AppOptions::default()
         };
         let app = fawn_server::Application::build(settings, options)
@@ -208,6 +278,145 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         app.run_until_stopped().await.context("serving")?;
         Ok(())
     })
+}
+
+/// Opens (and migrates) the configured database.
+async fn open_store(
+    settings: &fawn_config::Settings,
+) -> anyhow::Result<std::sync::Arc<dyn fawn_checkpoint::Persistence>> {
+    let backend = fawn_checkpoint::BackendConfig::from_settings(settings)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let fawn_checkpoint::BackendConfig::Sqlite { path } = &backend
+        && let Some(dir) = path.parent()
+    {
+        tokio::fs::create_dir_all(dir)
+            .await
+            .with_context(|| format!("creating {}", dir.display()))?;
+    }
+    fawn_checkpoint::open(&backend)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .context("opening the database")
+}
+
+fn user_command(cmd: UserCommand) -> anyhow::Result<()> {
+    let UserCommand::Add {
+        email,
+        admin,
+        password_stdin,
+        config,
+    } = cmd;
+    let password = if password_stdin {
+        let mut line = String::new();
+        std::io::stdin()
+            .read_line(&mut line)
+            .context("reading the password from stdin")?;
+        let p = line.trim_end_matches(['\r', '\n']).to_string();
+        fawn_auth::password::check_strength(&p).map_err(|e| anyhow::anyhow!(e))?;
+        Some(fawn_auth::password::hash(&p)?)
+    } else {
+        None
+    };
+    let settings = load_settings(config, false)?;
+    runtime(None)?.block_on(async move {
+        let store = open_store(&settings).await?;
+        let user = store
+            .create_user(
+                fawn_checkpoint::NewUser {
+                    email: email.trim().to_string(),
+                    password_hash: password,
+                    system_role: if admin { "admin" } else { "user" }.into(),
+                },
+                false,
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        store.close().await;
+        println!("created {} {} ({})", user.system_role, user.email, user.id);
+        Ok(())
+    })
+}
+
+fn key_command(cmd: KeyCommand) -> anyhow::Result<()> {
+    let config = match &cmd {
+        KeyCommand::Create { config, .. }
+        | KeyCommand::List { config, .. }
+        | KeyCommand::Revoke { config, .. } => config.clone(),
+    };
+    let settings = load_settings(config, false)?;
+    runtime(None)?.block_on(async move {
+        let store = open_store(&settings).await?;
+        let result = run_key_command(store.as_ref(), cmd).await;
+        store.close().await;
+        result
+    })
+}
+
+async fn find_user(
+    store: &dyn fawn_checkpoint::Persistence,
+    email: &str,
+) -> anyhow::Result<fawn_checkpoint::User> {
+    store
+        .user_by_email(email.trim())
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .ok_or_else(|| {
+            anyhow::anyhow!("no account with email {email}; create it with `fawn user add`")
+        })
+}
+
+async fn run_key_command(
+    store: &dyn fawn_checkpoint::Persistence,
+    cmd: KeyCommand,
+) -> anyhow::Result<()> {
+    match cmd {
+        KeyCommand::Create { email, name, .. } => {
+            let user = find_user(store, &email).await?;
+            let (stored, key) = fawn_server::auth::routes::mint_key(store, &user, &name)
+                .await
+                .map_err(|e| anyhow::anyhow!(e))?;
+            eprintln!(
+                "API key {} for {} ({}). It is shown only once:",
+                stored.id, user.email, stored.name
+            );
+            println!("{key}");
+        }
+        KeyCommand::List { email, .. } => {
+            let user = match &email {
+                Some(e) => Some(find_user(store, e).await?),
+                None => None,
+            };
+            let keys = store
+                .list_api_keys(user.as_ref().map(|u| u.id.as_str()))
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            for k in keys {
+                println!(
+                    "{}\t{}…\t{}\t{}\t{}",
+                    k.id,
+                    k.prefix,
+                    k.name,
+                    k.user_id,
+                    match k.revoked_at {
+                        Some(t) => format!("revoked {}", t.to_rfc3339()),
+                        None => "active".into(),
+                    }
+                );
+            }
+        }
+        KeyCommand::Revoke { key_id, .. } => {
+            if store
+                .revoke_api_key(&key_id)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+            {
+                println!("revoked {key_id}");
+            } else {
+                anyhow::bail!("no active key with id {key_id}");
+            }
+        }
+    }
+    Ok(())
 }
 
 fn migrate(config: Option<PathBuf>) -> anyhow::Result<()> {

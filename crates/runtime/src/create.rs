@@ -40,7 +40,15 @@ pub struct RunCreate {
     pub feedback_keys: Option<Value>,
     pub durability: Option<Value>,
     pub checkpoint_during: Option<Value>,
+    /// The authenticated user the run acts for (never read from the body): it becomes the
+    /// run's `configurable.user_id` and the `owner` of a thread the run creates. `None`
+    /// when authentication is off.
+    #[serde(skip)]
+    pub owner: Option<String>,
 }
+
+/// The thread metadata key naming the user a thread belongs to.
+pub const OWNER_KEY: &str = "owner";
 
 /// Where the run goes.
 #[derive(Debug, Clone)]
@@ -331,6 +339,7 @@ pub async fn prepare_run(
     headers: &[(String, String)],
 ) -> Result<PreparedRun> {
     let assistant = resolve_assistant(rt, &body.assistant_id).await?;
+    let owner = body.owner.clone();
     let graph_id = assistant.graph_id.clone();
     if !rt.graphs.contains(&graph_id) {
         return Err(RuntimeError::not_found(format!(
@@ -491,7 +500,8 @@ pub async fn prepare_run(
             }
             (
                 tid.clone(),
-                (if_not_exists == "create").then(|| thread_create_meta(&graph_id, &assistant)),
+                (if_not_exists == "create")
+                    .then(|| thread_create_meta(&graph_id, &assistant, owner.as_deref())),
             )
         }
         RunTarget::Stateless | RunTarget::CronStateless { .. } => {
@@ -502,7 +512,7 @@ pub async fn prepare_run(
             }
             (
                 uuid::Uuid::now_v7().to_string(),
-                Some(thread_create_meta(&graph_id, &assistant)),
+                Some(thread_create_meta(&graph_id, &assistant, owner.as_deref())),
             )
         }
     };
@@ -551,9 +561,17 @@ pub async fn prepare_run(
     configurable.insert("thread_id".into(), json!(thread_id));
     configurable.insert("graph_id".into(), json!(graph_id));
     configurable.insert("assistant_id".into(), json!(assistant.assistant_id));
-    configurable
-        .entry("user_id".to_string())
-        .or_insert_with(|| json!(""));
+    match &owner {
+        // The server's identity wins over anything the client sent.
+        Some(u) => {
+            configurable.insert("user_id".into(), json!(u));
+        }
+        None => {
+            configurable
+                .entry("user_id".to_string())
+                .or_insert_with(|| json!(""));
+        }
+    }
     if let Some(cid) = checkpoint.get("checkpoint_id") {
         configurable.insert("checkpoint_id".into(), cid.clone());
         configurable.insert("checkpoint_ns".into(), json!(checkpoint_ns));
@@ -685,10 +703,13 @@ pub async fn commit_run(rt: &Rt, p: PreparedRun) -> Result<CreatedRun> {
     })
 }
 
-fn thread_create_meta(graph_id: &str, assistant: &Assistant) -> JsonMap {
+fn thread_create_meta(graph_id: &str, assistant: &Assistant, owner: Option<&str>) -> JsonMap {
     let mut m = Map::new();
     m.insert("graph_id".into(), json!(graph_id));
     m.insert("assistant_id".into(), json!(assistant.assistant_id));
+    if let Some(o) = owner {
+        m.insert(OWNER_KEY.into(), json!(o));
+    }
     m
 }
 

@@ -105,7 +105,10 @@ async fn fire(rt: &Rt, cron: &Cron) {
     meta.insert("cron_id".into(), json!(cron.cron_id));
     payload.insert("metadata".into(), Value::Object(meta));
     let body: RunCreate = match serde_json::from_value(Value::Object(payload)) {
-        Ok(b) => b,
+        Ok(b) => RunCreate {
+            owner: cron.user_id.clone(),
+            ..b
+        },
         Err(e) => {
             tracing::warn!(cron_id = %cron.cron_id, error = %e, "cron payload is not a run");
             return;

@@ -55,8 +55,11 @@ pub struct AppOptions {
     /// Allowed `Host` names and trusted browser origins ([`crate::access`]); the bound
     /// address is added when it is a specific one.
     pub access: crate::access::AccessPolicy,
-    /// Listen beyond loopback although there is no authentication (`--insecure-no-auth`).
+    /// Listen beyond loopback although authentication is off (`--insecure-no-auth`).
     pub insecure_no_auth: bool,
+    /// Authentication: off by default here (tests, embedding); `fawn serve` turns it on
+    /// unless told otherwise.
+    pub auth: crate::auth::AuthOptions,
 }
 
 impl std::fmt::Debug for AppOptions {
@@ -90,6 +93,7 @@ impl Default for AppOptions {
             webhook_policy: fawn_runtime::webhook::WebhookPolicy::from_env(),
             access: crate::access::AccessPolicy::from_env(),
             insecure_no_auth: false,
+            auth: crate::auth::AuthOptions::disabled(),
         }
     }
 }
@@ -106,12 +110,15 @@ pub enum BuildError {
         source: std::io::Error,
     },
     #[error(
-        "refusing to listen on {host}: Fawn has no authentication yet, so anyone who can reach \
+        "refusing to listen on {host} with authentication disabled: anyone who can reach \
          the port could read and change every thread and spend the configured model keys. \
-         Listen on 127.0.0.1 (the default), or pass --insecure-no-auth \
-         (FAWN_INSECURE_NO_AUTH=1) on a network you trust"
+         Turn authentication on (drop --no-auth / DEER_FLOW_AUTH_DISABLED), listen on \
+         127.0.0.1, or pass --insecure-no-auth (FAWN_INSECURE_NO_AUTH=1) on a network you \
+         trust"
     )]
     Unauthenticated { host: String },
+    #[error("authentication: {0}")]
+    AuthSecret(#[from] fawn_auth::secret::SecretError),
     #[error(transparent)]
     Runtime(#[from] fawn_runtime::BuildError),
 }
@@ -133,6 +140,8 @@ pub struct Shared {
     pub test_hooks: bool,
     /// Allowed hosts and trusted origins.
     pub access: crate::access::AccessPolicy,
+    /// Authentication: secret, options, lockout.
+    pub auth: crate::auth::Auth,
 }
 
 impl std::fmt::Debug for Shared {
@@ -216,7 +225,7 @@ impl AppHandle {
 
 impl Application {
     pub async fn build(settings: Settings, options: AppOptions) -> Result<Application, BuildError> {
-        if !is_loopback_host(&options.host) {
+        if !options.auth.enabled && !is_loopback_host(&options.host) {
             if !options.insecure_no_auth {
                 return Err(BuildError::Unauthenticated {
                     host: options.host.clone(),
@@ -253,7 +262,14 @@ impl Application {
             },
         )
         .await?;
+        let auth = crate::auth::Auth::new(options.auth.clone(), &rt.settings.home)?;
+        if auth.enabled() {
+            tracing::info!("authentication is on: sign in, or send an API key (x-api-key)");
+        } else {
+            tracing::warn!("authentication is OFF: every caller acts as the admin 'default'");
+        }
         let state = Arc::new(Shared {
+            auth,
             stream: StreamSettings {
                 heartbeat: options.heartbeat,
                 keepalive: options.keepalive,
@@ -292,11 +308,15 @@ impl Application {
         let router = crate::routes::router(state.clone());
         let token = state.rt.shutdown.clone();
         let signals = tokio::spawn(wait_for_signal(token.clone()));
-        // `into_make_service` resolves the routes' state once; serving the `Router` itself
-        // would redo that (cloning the whole route table) for every accepted connection.
-        let result = axum::serve(self.listener, router.into_make_service())
-            .with_graceful_shutdown(token.cancelled_owned())
-            .await;
+        // A make-service resolves the routes' state once; serving the `Router` itself would
+        // redo that (cloning the whole route table) for every accepted connection. The
+        // client's address is kept for the login lockout.
+        let result = axum::serve(
+            self.listener,
+            router.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(token.cancelled_owned())
+        .await;
         signals.abort();
         state.rt.stop().await;
         result

@@ -11,6 +11,9 @@ use fawn_checkpoint::StoreError;
 pub struct ApiError {
     pub status: StatusCode,
     pub detail: String,
+    /// A machine-readable code: the detail becomes `{"code", "message"}` (DeerFlow's auth
+    /// errors, which its web UI tells apart by code).
+    pub code: Option<&'static str>,
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
@@ -20,6 +23,16 @@ impl ApiError {
         ApiError {
             status,
             detail: detail.into(),
+            code: None,
+        }
+    }
+
+    /// An error answered as `{"detail": {"code": code, "message": detail}}`.
+    pub fn coded(status: StatusCode, code: &'static str, detail: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            detail: detail.into(),
+            code: Some(code),
         }
     }
 
@@ -88,7 +101,10 @@ impl std::fmt::Display for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({ "detail": self.detail });
+        let body = match self.code {
+            Some(code) => serde_json::json!({ "detail": {"code": code, "message": self.detail} }),
+            None => serde_json::json!({ "detail": self.detail }),
+        };
         crate::wire::json_response(self.status, &body)
     }
 }

@@ -7,6 +7,8 @@
 
 pub mod access;
 pub mod app;
+pub mod auth;
+pub mod authz;
 pub mod error;
 pub mod extract;
 pub mod gateway;

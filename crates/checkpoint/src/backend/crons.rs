@@ -50,6 +50,9 @@ fn cron_filter(store: &SqlStore, filter: &CronFilter) -> Where {
     if let Some(t) = &filter.thread_id {
         w.eq("thread_id", t.as_str());
     }
+    if let Some(u) = &filter.user_id {
+        w.eq("user_id", u.as_str());
+    }
     if let Some(e) = filter.enabled {
         w.eq("enabled", e);
     }
@@ -68,7 +71,7 @@ impl SqlStore {
                 Sql::new(concat!(
                     "INSERT INTO crons (",
                     cron_cols!(),
-                    ") VALUES ($1, $2, $3, NULL, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12) ",
+                    ") VALUES ($1, $2, $3, $13, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12) ",
                     "RETURNING ",
                     cron_cols!()
                 ))
@@ -83,7 +86,8 @@ impl SqlStore {
                 .arg(Arg::json_map(&cron.metadata))
                 .bind(cron.on_run_completed.clone())
                 .bind(cron.enabled)
-                .arg(Arg::ts(now)),
+                .arg(Arg::ts(now))
+                .bind(cron.user_id.clone()),
             )
             .await;
         match row {

@@ -607,6 +607,11 @@ fn migrator(dialect: Dialect) -> Migrator {
                 "clear out-of-range ttls",
                 include_str!("../../../../migrations/sqlite/0003_clear_out_of_range_ttls.sql"),
             ),
+            (
+                4,
+                "users and api keys",
+                include_str!("../../../../migrations/sqlite/0004_users.sql"),
+            ),
         ],
         Dialect::Postgres => &[
             (
@@ -643,6 +648,11 @@ fn migrator(dialect: Dialect) -> Migrator {
                 7,
                 "clear out-of-range ttls",
                 include_str!("../../../../migrations/postgres/0007_clear_out_of_range_ttls.sql"),
+            ),
+            (
+                8,
+                "users and api keys",
+                include_str!("../../../../migrations/postgres/0008_users.sql"),
             ),
         ],
     };

@@ -21,6 +21,7 @@ mod items;
 mod lite;
 mod runs;
 mod threads;
+mod users;
 
 use crate::cache::StateCache;
 use crate::json::{json_equal, map_contains};

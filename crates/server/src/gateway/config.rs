@@ -1,5 +1,4 @@
-//! `GET /api/models`, `/api/models/{name}`, `/api/features` and the auth-disabled
-//! `/api/v1/auth/{me,setup-status}`.
+//! `GET /api/models`, `/api/models/{name}` and `/api/features`.
 
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
@@ -52,19 +51,4 @@ pub async fn features() -> Response {
         "browser_control": {"enabled": false},
         "mcp_tasks": {"enabled": false},
     }))
-}
-
-/// The synthetic admin of DeerFlow's auth-disabled mode.
-pub async fn me(State(app): State<AppState>) -> Response {
-    ok(&json!({
-        "id": app.user_id,
-        "email": format!("{}@localhost", app.user_id),
-        "system_role": "admin",
-        "needs_setup": false,
-        "oauth_provider": null,
-    }))
-}
-
-pub async fn setup_status() -> Response {
-    ok(&json!({"needs_setup": false}))
 }

@@ -6,6 +6,7 @@
 //! concurrent edits do not get DeerFlow's 409: the last write wins.
 
 use crate::app::AppState;
+use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{JsonBody, Path};
 use crate::wire::ok;
@@ -32,22 +33,22 @@ fn data_json(d: &MemoryData) -> Value {
 }
 
 /// `GET /api/memory` (also `POST /api/memory/reload`: nothing is cached, so it reads again).
-pub async fn get(State(app): State<AppState>) -> ApiResult<Response> {
+pub async fn get(State(app): State<AppState>, principal: Principal) -> ApiResult<Response> {
     let d = app
         .services
         .memory_store
-        .load(&app.user_id)
+        .load(&principal.data_user(&app))
         .await
         .map_err(memory_error)?;
     Ok(ok(&data_json(&d)))
 }
 
 /// `DELETE /api/memory`: forgets everything (the revision keeps counting).
-pub async fn clear(State(app): State<AppState>) -> ApiResult<Response> {
+pub async fn clear(State(app): State<AppState>, principal: Principal) -> ApiResult<Response> {
     let d = app
         .services
         .memory_store
-        .update(&app.user_id, |d| {
+        .update(&principal.data_user(&app), |d| {
             let revision = d.revision;
             *d = MemoryData::default();
             d.revision = revision;
@@ -116,6 +117,7 @@ fn default_confidence() -> f64 {
 /// `POST /api/memory/facts` `{content, category="context", confidence=0.5}`.
 pub async fn add_fact(
     State(app): State<AppState>,
+    principal: Principal,
     JsonBody(body): JsonBody<NewFact>,
 ) -> ApiResult<Response> {
     let content = check_content(&body.content)?;
@@ -133,7 +135,7 @@ pub async fn add_fact(
     let d = app
         .services
         .memory_store
-        .update(&app.user_id, move |d| {
+        .update(&principal.data_user(&app), move |d| {
             d.facts.push(fact);
             true
         })
@@ -153,6 +155,7 @@ pub struct FactPatch {
 /// `PATCH /api/memory/facts/{id}`.
 pub async fn patch_fact(
     State(app): State<AppState>,
+    principal: Principal,
     Path(id): Path<String>,
     JsonBody(body): JsonBody<FactPatch>,
 ) -> ApiResult<Response> {
@@ -167,7 +170,7 @@ pub async fn patch_fact(
     let d = app
         .services
         .memory_store
-        .update(&app.user_id, |d| {
+        .update(&principal.data_user(&app), |d| {
             let Some(f) = d.facts.iter_mut().find(|f| f.id == id) else {
                 return false;
             };
@@ -195,13 +198,14 @@ pub async fn patch_fact(
 /// `DELETE /api/memory/facts/{id}`.
 pub async fn delete_fact(
     State(app): State<AppState>,
+    principal: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     let mut found = false;
     let d = app
         .services
         .memory_store
-        .update(&app.user_id, |d| {
+        .update(&principal.data_user(&app), |d| {
             let before = d.facts.len();
             d.facts.retain(|f| f.id != id);
             found = d.facts.len() != before;
@@ -216,11 +220,11 @@ pub async fn delete_fact(
 }
 
 /// `GET /api/memory/export`: the document, as a download.
-pub async fn export(State(app): State<AppState>) -> ApiResult<Response> {
+pub async fn export(State(app): State<AppState>, principal: Principal) -> ApiResult<Response> {
     let d = app
         .services
         .memory_store
-        .load(&app.user_id)
+        .load(&principal.data_user(&app))
         .await
         .map_err(memory_error)?;
     let mut r = ok(&data_json(&d));
@@ -235,6 +239,7 @@ pub async fn export(State(app): State<AppState>) -> ApiResult<Response> {
 /// (validated: categories, confidences, non-empty unique fact ids).
 pub async fn import(
     State(app): State<AppState>,
+    principal: Principal,
     JsonBody(mut body): JsonBody<MemoryData>,
 ) -> ApiResult<Response> {
     let mut ids = std::collections::HashSet::new();
@@ -262,7 +267,7 @@ pub async fn import(
     let d = app
         .services
         .memory_store
-        .update(&app.user_id, move |d| {
+        .update(&principal.data_user(&app), move |d| {
             let revision = d.revision;
             *d = body;
             d.revision = revision;
@@ -296,11 +301,11 @@ pub async fn config(State(app): State<AppState>) -> Response {
 }
 
 /// `GET /api/memory/status`: `{config, data}` (+ queue counters when memory runs).
-pub async fn status(State(app): State<AppState>) -> ApiResult<Response> {
+pub async fn status(State(app): State<AppState>, principal: Principal) -> ApiResult<Response> {
     let d = app
         .services
         .memory_store
-        .load(&app.user_id)
+        .load(&principal.data_user(&app))
         .await
         .map_err(memory_error)?;
     let queue = app.services.memory.as_ref().map(|m| {

@@ -3,7 +3,8 @@
 //!
 //! | routes | module |
 //! |---|---|
-//! | `GET /api/models`, `/api/models/{name}`, `GET /api/features`, `GET /api/v1/auth/{me,setup-status}` | [`config`] |
+//! | `GET /api/models`, `/api/models/{name}`, `GET /api/features` | [`config`] |
+//! | `/api/v1/auth/*` | [`crate::auth::routes`] |
 //! | `POST /api/threads/{id}/uploads`, `GET …/uploads/list`, `GET …/uploads/limits`, `DELETE …/uploads/{filename}` | [`uploads`] |
 //! | `GET /api/threads/{id}/artifacts/{path}` | [`artifacts`] |
 //! | `GET /api/skills`, `GET\|PUT /api/skills/{name}`, `POST /api/skills/reload` | [`skills`] |
@@ -11,10 +12,8 @@
 //! | `GET\|DELETE /api/memory`, `POST /api/memory/reload`, facts CRUD, export/import, config, status | [`memory`] |
 //! | `GET /api/threads/{id}/messages/page`, `GET …/token-usage`, suggestions | [`threads`] |
 //!
-//! Fawn runs DeerFlow's auth-disabled mode: every caller is the admin user `default`, so the
-//! admin-only routes (skill toggles and reload, MCP config writes, MCP cache reset) are open
-//! to anyone who can reach the port. Put Fawn behind an authenticating proxy when that
-//! matters.
+//! Admin only, as in DeerFlow: skill toggles and reload, MCP config writes, MCP cache reset.
+//! Thread routes check that the caller owns the thread; memory is the caller's own.
 //!
 //! `DELETE /api/threads/{id}` is the LangGraph route (mounted at `/api` as well): it answers
 //! `204` (not DeerFlow's `{success, message}`) and removes the thread's checkpoints, runs and
@@ -33,77 +32,155 @@ pub mod threads;
 pub mod uploads;
 
 use crate::app::AppState;
-use crate::error::{ApiError, ApiResult, method_not_allowed_fallback};
-use axum::Router;
+use crate::auth::routes as auth;
+use crate::authz::{M, Routes, Who};
+use crate::error::{ApiError, ApiResult};
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{delete, get, post};
 
-/// The gateway routes, relative to `/api`.
-pub fn router(state: &AppState) -> Router<AppState> {
+/// The gateway routes, relative to `/api`, with who may call them.
+pub fn routes(state: &AppState) -> Routes {
+    use M::*;
+    use Who::*;
     let u = &state.settings.app.uploads;
     let upload_limit = usize::try_from(u.max_total_size)
         .unwrap_or(usize::MAX)
         .saturating_add(uploads::MULTIPART_SLACK);
-    Router::new()
-        .route("/models", get(config::models))
-        .route("/models/{name}", get(config::model))
-        .route("/features", get(config::features))
-        .route("/v1/auth/me", get(config::me))
-        .route("/v1/auth/setup-status", get(config::setup_status))
+    Routes::new()
+        .route("/models", &[(Get, User)], get(config::models))
+        .route("/models/{name}", &[(Get, User)], get(config::model))
+        .route("/features", &[(Get, User)], get(config::features))
+        .route(
+            "/v1/auth/setup-status",
+            &[(Get, Public)],
+            get(auth::setup_status),
+        )
+        .route(
+            "/v1/auth/initialize",
+            &[(Post, Public)],
+            post(auth::initialize),
+        )
+        .route("/v1/auth/register", &[(Post, Public)], post(auth::register))
+        .route("/v1/auth/login/local", &[(Post, Public)], post(auth::login))
+        .route("/v1/auth/logout", &[(Post, Public)], post(auth::logout))
+        .route("/v1/auth/providers", &[(Get, Public)], get(auth::providers))
+        .route("/v1/auth/me", &[(Get, User)], get(auth::me))
+        .route(
+            "/v1/auth/change-password",
+            &[(Post, User)],
+            post(auth::change_password),
+        )
+        .route(
+            "/v1/auth/api-keys",
+            &[(Get, Admin), (Post, Admin)],
+            get(auth::list_keys).post(auth::create_key),
+        )
+        .route(
+            "/v1/auth/api-keys/{key_id}",
+            &[(Delete, Admin)],
+            delete(auth::revoke_key),
+        )
         .route(
             "/threads/{thread_id}/uploads",
+            &[(Post, User)],
             post(uploads::upload).layer(DefaultBodyLimit::max(upload_limit)),
         )
-        .route("/threads/{thread_id}/uploads/list", get(uploads::list))
-        .route("/threads/{thread_id}/uploads/limits", get(uploads::limits))
+        .route(
+            "/threads/{thread_id}/uploads/list",
+            &[(Get, User)],
+            get(uploads::list),
+        )
+        .route(
+            "/threads/{thread_id}/uploads/limits",
+            &[(Get, User)],
+            get(uploads::limits),
+        )
         .route(
             "/threads/{thread_id}/uploads/{filename}",
+            &[(Delete, User)],
             delete(uploads::delete),
         )
         .route(
             "/threads/{thread_id}/artifacts/{*path}",
+            &[(Get, User)],
             get(artifacts::get),
         )
-        .route("/skills", get(skills::list))
-        .route("/skills/reload", post(skills::reload))
-        .route("/skills/{name}", get(skills::get_one).put(skills::put))
-        .route("/mcp/config", get(mcp::get).put(mcp::put).patch(mcp::patch))
-        .route("/mcp/cache/reset", post(mcp::reset))
-        .route("/memory", get(memory::get).delete(memory::clear))
-        .route("/memory/reload", post(memory::get))
-        .route("/memory/facts", post(memory::add_fact))
+        .route("/skills", &[(Get, User)], get(skills::list))
+        .route("/skills/reload", &[(Post, Admin)], post(skills::reload))
+        .route(
+            "/skills/{name}",
+            &[(Get, User), (Put, Admin)],
+            get(skills::get_one).put(skills::put),
+        )
+        .route(
+            "/mcp/config",
+            &[(Get, User), (Put, Admin), (Patch, Admin)],
+            get(mcp::get).put(mcp::put).patch(mcp::patch),
+        )
+        .route("/mcp/cache/reset", &[(Post, Admin)], post(mcp::reset))
+        .route(
+            "/memory",
+            &[(Get, User), (Delete, User)],
+            get(memory::get).delete(memory::clear),
+        )
+        .route("/memory/reload", &[(Post, User)], post(memory::get))
+        .route("/memory/facts", &[(Post, User)], post(memory::add_fact))
         .route(
             "/memory/facts/{fact_id}",
+            &[(Patch, User), (Delete, User)],
             axum::routing::patch(memory::patch_fact).delete(memory::delete_fact),
         )
-        .route("/memory/export", get(memory::export))
-        .route("/memory/import", post(memory::import))
-        .route("/memory/config", get(memory::config))
-        .route("/memory/status", get(memory::status))
-        .route("/channels/providers", get(channels::providers))
-        .route("/channels/connections", get(channels::connections))
-        .route("/channels/connections/{id}", delete(channels::unsupported))
-        .route("/channels/{provider}/connect", post(channels::unsupported))
+        .route("/memory/export", &[(Get, User)], get(memory::export))
+        .route("/memory/import", &[(Post, User)], post(memory::import))
+        .route("/memory/config", &[(Get, User)], get(memory::config))
+        .route("/memory/status", &[(Get, User)], get(memory::status))
+        .route(
+            "/channels/providers",
+            &[(Get, User)],
+            get(channels::providers),
+        )
+        .route(
+            "/channels/connections",
+            &[(Get, User)],
+            get(channels::connections),
+        )
+        .route(
+            "/channels/connections/{id}",
+            &[(Delete, User)],
+            delete(channels::unsupported),
+        )
+        .route(
+            "/channels/{provider}/connect",
+            &[(Post, User)],
+            post(channels::unsupported),
+        )
         .route(
             "/channels/{provider}/runtime-config",
+            &[(Post, User), (Put, User), (Delete, User)],
             post(channels::unsupported)
                 .put(channels::unsupported)
                 .delete(channels::unsupported),
         )
-        .route("/suggestions/config", get(threads::suggestions_config))
+        .route(
+            "/suggestions/config",
+            &[(Get, User)],
+            get(threads::suggestions_config),
+        )
         .route(
             "/threads/{thread_id}/suggestions",
+            &[(Post, User)],
             post(threads::suggestions),
         )
         .route(
             "/threads/{thread_id}/token-usage",
+            &[(Get, User)],
             get(threads::token_usage),
         )
         .route(
             "/threads/{thread_id}/messages/page",
+            &[(Get, User)],
             get(threads::messages_page),
         )
-        .method_not_allowed_fallback(method_not_allowed_fallback)
 }
 
 /// A thread id in a gateway path: a UUID (canonicalised, as the LangGraph routes store

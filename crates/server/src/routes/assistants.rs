@@ -1,6 +1,7 @@
 //! `/assistants*`.
 
 use crate::app::AppState;
+use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{JsonBody, OptionalJsonBody, Path, Query, uuid_param};
 use crate::wire;
@@ -11,6 +12,7 @@ use fawn_checkpoint::{
     Assistant, AssistantFilter, AssistantPatch, AssistantQuery, AssistantSort, IfExists, JsonMap,
     NewAssistant, SortOrder, ThreadFilter, ThreadQuery,
 };
+use fawn_runtime::create::OWNER_KEY;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -93,8 +95,35 @@ pub struct CreateBody {
     description: Option<String>,
 }
 
+/// Whether `principal` may change assistant `id`: a system assistant (one per graph, shared
+/// by everyone) only an admin; one a user created, that user or an admin. A missing one
+/// passes (the route answers its own 404).
+async fn may_change(app: &AppState, principal: &Principal, id: &str) -> ApiResult<()> {
+    if principal.scope().is_none() || principal.is_admin() {
+        return Ok(());
+    }
+    let Some(a) = app
+        .store
+        .get_assistant(id)
+        .await
+        .map_err(|e| ApiError::store("loading the assistant", e))?
+    else {
+        return Ok(());
+    };
+    let system = a.metadata.get("created_by").and_then(Value::as_str) == Some("system");
+    let owner = a.metadata.get(OWNER_KEY).and_then(Value::as_str);
+    if system || !principal.owns(owner) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "Only an admin or the assistant's creator can change it",
+        ));
+    }
+    Ok(())
+}
+
 pub async fn create(
     State(app): State<AppState>,
+    principal: Principal,
     JsonBody(b): JsonBody<CreateBody>,
 ) -> ApiResult<Response> {
     let Some(graph_id) = b.graph_id.filter(|g| !g.is_empty()) else {
@@ -115,6 +144,13 @@ pub async fn create(
     let mut config = b.config.unwrap_or_default();
     let mut context = b.context.unwrap_or_default();
     mirror(&mut config, &mut context);
+    let mut metadata = b.metadata.unwrap_or_default();
+    if let Some(me) = principal.scope() {
+        metadata.insert(OWNER_KEY.into(), json!(me));
+        if metadata.get("created_by").and_then(Value::as_str) == Some("system") {
+            metadata.remove("created_by");
+        }
+    }
     let a = app
         .store
         .create_assistant(NewAssistant {
@@ -122,7 +158,7 @@ pub async fn create(
             graph_id,
             config,
             context,
-            metadata: b.metadata.unwrap_or_default(),
+            metadata,
             name: b.name.unwrap_or_else(|| "Untitled".into()),
             description: b.description,
             if_exists: if_exists(b.if_exists.as_deref())?,
@@ -150,10 +186,19 @@ pub struct PatchBody {
 
 pub async fn patch(
     State(app): State<AppState>,
+    principal: Principal,
     Path(id): Path<String>,
-    JsonBody(b): JsonBody<PatchBody>,
+    JsonBody(mut b): JsonBody<PatchBody>,
 ) -> ApiResult<Response> {
     let id = assistant_path_id(&app, &id)?;
+    may_change(&app, &principal, &id).await?;
+    if principal.scope().is_some()
+        && let Some(m) = &mut b.metadata
+    {
+        // Who created an assistant is not the caller's to rewrite.
+        m.remove(OWNER_KEY);
+        m.remove("created_by");
+    }
     if let Some(g) = &b.graph_id
         && !app.graphs.contains(g)
     {
@@ -203,10 +248,12 @@ pub async fn patch(
 
 pub async fn delete(
     State(app): State<AppState>,
+    principal: Principal,
     Path(id): Path<String>,
     q: Query,
 ) -> ApiResult<Response> {
     let id = assistant_path_id(&app, &id)?;
+    may_change(&app, &principal, &id).await?;
     let delete_threads = q.bool("delete_threads")?.unwrap_or(false);
     if app
         .store
@@ -220,6 +267,10 @@ pub async fn delete(
     if delete_threads {
         let mut meta = JsonMap::new();
         meta.insert("assistant_id".into(), json!(id));
+        // Only the caller's own threads go with it.
+        if let Some(me) = principal.scope() {
+            meta.insert(OWNER_KEY.into(), json!(me));
+        }
         loop {
             let page = app
                 .store
@@ -436,10 +487,12 @@ pub struct LatestBody {
 
 pub async fn latest(
     State(app): State<AppState>,
+    principal: Principal,
     Path(id): Path<String>,
     JsonBody(b): JsonBody<LatestBody>,
 ) -> ApiResult<Response> {
     let id = assistant_path_id(&app, &id)?;
+    may_change(&app, &principal, &id).await?;
     app.forget_assistant(&id);
     let a = app
         .store

@@ -1,6 +1,7 @@
 //! `/runs/crons*` and `/threads/{id}/runs/crons`.
 
 use crate::app::AppState;
+use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{JsonBody, OptionalJsonBody, Path, uuid_param};
 use crate::routes::assistants::{paginated, sort_order};
@@ -44,6 +45,7 @@ fn str_field<'a>(body: &'a JsonMap, field: &str) -> ApiResult<Option<&'a str>> {
 
 async fn create_cron(
     app: &AppState,
+    principal: &Principal,
     body: JsonMap,
     thread_id: Option<String>,
 ) -> ApiResult<Response> {
@@ -90,6 +92,10 @@ async fn create_cron(
         },
     };
     // Validate the run each tick will create, now.
+    let run_body = RunCreate {
+        owner: principal.scope().map(str::to_string),
+        ..run_body
+    };
     prepare_run(&app.rt, run_body, target, &[]).await?;
     payload.insert("assistant_id".into(), json!(assistant.assistant_id));
     let metadata = match body.get("metadata") {
@@ -111,6 +117,7 @@ async fn create_cron(
             metadata,
             on_run_completed: thread_id.is_none().then(|| on_run_completed.to_string()),
             enabled,
+            user_id: principal.scope().map(str::to_string),
         })
         .await
         .map_err(|e| ApiError::store("creating the cron", e))?;
@@ -119,19 +126,21 @@ async fn create_cron(
 
 pub async fn create(
     State(app): State<AppState>,
+    principal: Principal,
     JsonBody(body): JsonBody<JsonMap>,
 ) -> ApiResult<Response> {
-    create_cron(&app, body, None).await
+    create_cron(&app, &principal, body, None).await
 }
 
 pub async fn create_for_thread(
     State(app): State<AppState>,
+    principal: Principal,
     Path(tid): Path<String>,
     JsonBody(body): JsonBody<JsonMap>,
 ) -> ApiResult<Response> {
     let tid = uuid_param("thread", &tid)?;
     load_thread(&app, &tid).await?;
-    create_cron(&app, body, Some(tid)).await
+    create_cron(&app, &principal, body, Some(tid)).await
 }
 
 async fn load_cron(app: &AppState, id: &str) -> ApiResult<fawn_checkpoint::Cron> {
@@ -286,6 +295,7 @@ fn assistant_filter(app: &AppState, a: Option<String>) -> ApiResult<Option<Strin
 
 pub async fn search(
     State(app): State<AppState>,
+    principal: Principal,
     OptionalJsonBody(b): OptionalJsonBody<SearchBody>,
 ) -> ApiResult<Response> {
     let b = b.unwrap_or_default();
@@ -317,6 +327,7 @@ pub async fn search(
                 thread_id,
                 enabled: b.enabled,
                 metadata: b.metadata,
+                user_id: principal.scope().map(str::to_string),
             },
             limit,
             offset,
@@ -345,6 +356,7 @@ pub struct CountBody {
 
 pub async fn count(
     State(app): State<AppState>,
+    principal: Principal,
     OptionalJsonBody(b): OptionalJsonBody<CountBody>,
 ) -> ApiResult<Response> {
     let b = b.unwrap_or_default();
@@ -359,6 +371,7 @@ pub async fn count(
             thread_id,
             enabled: None,
             metadata: b.metadata,
+            user_id: principal.scope().map(str::to_string),
         })
         .await
         .map_err(|e| ApiError::store("counting crons", e))?;

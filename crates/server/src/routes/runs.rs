@@ -2,6 +2,7 @@
 //! join, join stream, and the thread stream.
 
 use crate::app::AppState;
+use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{JsonBody, Path, Prefix, Query, config_headers, header_str, uuid_param};
 use crate::routes::threads::load_thread;
@@ -206,17 +207,26 @@ fn wait_created(
 
 // -------------------------------------------------------------------- thread-scoped create
 
+/// The run acts for the caller (its `user_id`; the owner of a thread it creates).
+fn owned(body: RunCreate, principal: &Principal) -> RunCreate {
+    RunCreate {
+        owner: principal.scope().map(str::to_string),
+        ..body
+    }
+}
+
 pub async fn create_background(
     State(app): State<AppState>,
     Path(tid): Path<String>,
     Prefix(prefix): Prefix,
     headers: HeaderMap,
+    principal: Principal,
     JsonBody(body): JsonBody<RunCreate>,
 ) -> ApiResult<Response> {
     let tid = uuid_param("thread", &tid)?;
     let c = create_run(
         &app.rt,
-        body,
+        owned(body, &principal),
         RunTarget::Thread(tid.clone()),
         &config_headers(&headers),
     )
@@ -230,12 +240,13 @@ pub async fn create_stream(
     Path(tid): Path<String>,
     Prefix(prefix): Prefix,
     headers: HeaderMap,
+    principal: Principal,
     JsonBody(body): JsonBody<RunCreate>,
 ) -> ApiResult<Response> {
     let tid = uuid_param("thread", &tid)?;
     let c = create_run(
         &app.rt,
-        body,
+        owned(body, &principal),
         RunTarget::Thread(tid.clone()),
         &config_headers(&headers),
     )
@@ -249,12 +260,13 @@ pub async fn create_wait(
     Path(tid): Path<String>,
     Prefix(prefix): Prefix,
     headers: HeaderMap,
+    principal: Principal,
     JsonBody(body): JsonBody<RunCreate>,
 ) -> ApiResult<Response> {
     let tid = uuid_param("thread", &tid)?;
     let c = create_run(
         &app.rt,
-        body,
+        owned(body, &principal),
         RunTarget::Thread(tid.clone()),
         &config_headers(&headers),
     )
@@ -269,11 +281,12 @@ pub async fn stateless_background(
     State(app): State<AppState>,
     Prefix(prefix): Prefix,
     headers: HeaderMap,
+    principal: Principal,
     JsonBody(body): JsonBody<RunCreate>,
 ) -> ApiResult<Response> {
     let c = create_run(
         &app.rt,
-        body,
+        owned(body, &principal),
         RunTarget::Stateless,
         &config_headers(&headers),
     )
@@ -286,11 +299,12 @@ pub async fn stateless_stream(
     State(app): State<AppState>,
     Prefix(prefix): Prefix,
     headers: HeaderMap,
+    principal: Principal,
     JsonBody(body): JsonBody<RunCreate>,
 ) -> ApiResult<Response> {
     let c = create_run(
         &app.rt,
-        body,
+        owned(body, &principal),
         RunTarget::Stateless,
         &config_headers(&headers),
     )
@@ -303,11 +317,12 @@ pub async fn stateless_wait(
     State(app): State<AppState>,
     Prefix(prefix): Prefix,
     headers: HeaderMap,
+    principal: Principal,
     JsonBody(body): JsonBody<RunCreate>,
 ) -> ApiResult<Response> {
     let c = create_run(
         &app.rt,
-        body,
+        owned(body, &principal),
         RunTarget::Stateless,
         &config_headers(&headers),
     )
@@ -318,6 +333,7 @@ pub async fn stateless_wait(
 
 pub async fn batch(
     State(app): State<AppState>,
+    principal: Principal,
     headers: HeaderMap,
     JsonBody(items): JsonBody<Vec<RunCreate>>,
 ) -> ApiResult<Response> {
@@ -331,7 +347,7 @@ pub async fn batch(
     for (i, body) in items.into_iter().enumerate() {
         let p = prepare_run(
             &app.rt,
-            body,
+            owned(body, &principal),
             RunTarget::Stateless,
             &config_headers(&headers),
         )
@@ -490,6 +506,7 @@ pub struct CancelManyBody {
 
 pub async fn cancel_many(
     State(app): State<AppState>,
+    principal: Principal,
     q: Query,
     JsonBody(b): JsonBody<CancelManyBody>,
 ) -> ApiResult<Response> {
@@ -498,6 +515,12 @@ pub async fn cancel_many(
         (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
             return Err(ApiError::unprocessable(
                 "Invalid request body: `status` cannot be combined with `thread_id`/`run_ids`",
+            ));
+        }
+        (Some(_), None, None) if principal.scope().is_some() && !principal.is_admin() => {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "Cancelling every run by `status` is for admins; give `run_ids`",
             ));
         }
         (Some(s), None, None) => match s.as_str() {
@@ -520,7 +543,7 @@ pub async fn cancel_many(
             }
         },
         (None, Some(ids), tid) => {
-            let run_ids = ids
+            let mut run_ids = ids
                 .iter()
                 .map(|i| uuid_param("run", i))
                 .collect::<ApiResult<Vec<_>>>()?;
@@ -528,6 +551,24 @@ pub async fn cancel_many(
                 Some(t) => Some(uuid_param("thread", t)?),
                 None => None,
             };
+            if principal.scope().is_some() {
+                if let Some(t) = &thread_id {
+                    crate::authz::owns_thread(&app, &principal, t).await?;
+                }
+                // Another user's runs are left alone, as if they did not exist.
+                let mut mine = Vec::with_capacity(run_ids.len());
+                for id in run_ids {
+                    match app.store.get_run(&id).await {
+                        Ok(Some(r)) if principal.owns(crate::authz::run_user(&r)) => mine.push(id),
+                        Ok(_) => {}
+                        Err(e) => return Err(ApiError::store("loading a run", e)),
+                    }
+                }
+                run_ids = mine;
+                if run_ids.is_empty() {
+                    return Err(ApiError::not_found("No matching runs to cancel"));
+                }
+            }
             CancelTarget::Runs { thread_id, run_ids }
         }
         (None, None, _) => {

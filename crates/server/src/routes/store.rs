@@ -1,6 +1,9 @@
-//! `/store/*`: the long-term key/value store.
+//! `/store/*`: the long-term key/value store. With authentication on, each user has a
+//! store of their own: namespaces are kept under `["~users", <user id>]`, added on the way in
+//! and removed on the way out, so clients see only their own namespaces, as they wrote them.
 
 use crate::app::AppState;
+use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{JsonBody, OptionalJsonBody, Query};
 use crate::wire;
@@ -20,6 +23,37 @@ fn check_no_nul<'a>(texts: impl IntoIterator<Item = &'a String>, field: &str) ->
         )));
     }
     Ok(())
+}
+
+/// The labels the caller's namespaces are kept under (none with authentication off).
+fn scope(principal: &Principal) -> Vec<String> {
+    match principal.scope() {
+        Some(id) => vec!["~users".to_string(), id.to_string()],
+        None => Vec::new(),
+    }
+}
+
+fn within(scope: &[String], ns: Vec<String>) -> Vec<String> {
+    let mut out = scope.to_vec();
+    out.extend(ns);
+    out
+}
+
+fn outside(scope: &[String], mut ns: Vec<String>) -> Vec<String> {
+    if ns.starts_with(scope) {
+        ns.drain(..scope.len());
+    }
+    ns
+}
+
+fn item_json(scope: &[String], item: &fawn_checkpoint::Item) -> Value {
+    let mut v = wire::item(item);
+    if !scope.is_empty()
+        && let Some(Value::Array(ns)) = v.get_mut("namespace")
+    {
+        ns.drain(..scope.len().min(ns.len()));
+    }
+    v
 }
 
 fn check_namespace(ns: &[String], field: &str) -> ApiResult<()> {
@@ -53,6 +87,7 @@ pub struct PutBody {
 
 pub async fn put_item(
     State(app): State<AppState>,
+    principal: Principal,
     JsonBody(b): JsonBody<PutBody>,
 ) -> ApiResult<Response> {
     check_namespace(&b.namespace, "namespace")?;
@@ -82,7 +117,7 @@ pub async fn put_item(
     }
     app.store
         .put_item(PutItem {
-            namespace: b.namespace,
+            namespace: within(&scope(&principal), b.namespace),
             key: b.key,
             value,
             ttl_minutes: b.ttl,
@@ -92,7 +127,11 @@ pub async fn put_item(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-pub async fn get_item(State(app): State<AppState>, q: Query) -> ApiResult<Response> {
+pub async fn get_item(
+    State(app): State<AppState>,
+    principal: Principal,
+    q: Query,
+) -> ApiResult<Response> {
     let ns: Vec<String> = match q.get("namespace") {
         None | Some("") => Vec::new(),
         Some(s) => s.split('.').map(str::to_string).collect(),
@@ -106,13 +145,14 @@ pub async fn get_item(State(app): State<AppState>, q: Query) -> ApiResult<Respon
         ));
     }
     let refresh = q.bool("refresh_ttl")?.unwrap_or(true);
+    let scope = scope(&principal);
     let item = app
         .store
-        .get_item(&ns, key, refresh)
+        .get_item(&within(&scope, ns), key, refresh)
         .await
         .map_err(|e| ApiError::store("loading the item", e))?;
     Ok(match item {
-        Some(i) => wire::ok(&wire::item(&i)),
+        Some(i) => wire::ok(&item_json(&scope, &i)),
         None => wire::ok(&Value::Null),
     })
 }
@@ -126,12 +166,13 @@ pub struct DeleteBody {
 
 pub async fn delete_item(
     State(app): State<AppState>,
+    principal: Principal,
     JsonBody(b): JsonBody<DeleteBody>,
 ) -> ApiResult<Response> {
     check_namespace(&b.namespace, "namespace")?;
     check_no_nul([&b.key], "key")?;
     app.store
-        .delete_item(&b.namespace, &b.key)
+        .delete_item(&within(&scope(&principal), b.namespace), &b.key)
         .await
         .map_err(|e| ApiError::store("deleting the item", e))?;
     Ok(StatusCode::NO_CONTENT.into_response())
@@ -151,14 +192,16 @@ pub struct SearchBody {
 
 pub async fn search(
     State(app): State<AppState>,
+    principal: Principal,
     OptionalJsonBody(b): OptionalJsonBody<SearchBody>,
 ) -> ApiResult<Response> {
     let b = b.unwrap_or_default();
     check_namespace(&b.namespace_prefix, "namespace_prefix")?;
+    let scope = scope(&principal);
     let items = app
         .store
         .search_items(&ItemQuery {
-            namespace_prefix: b.namespace_prefix,
+            namespace_prefix: within(&scope, b.namespace_prefix),
             filter: b.filter,
             limit: b.limit.unwrap_or(10).min(1000),
             offset: b.offset.unwrap_or(0),
@@ -169,7 +212,7 @@ pub async fn search(
     let out: Vec<Value> = items
         .iter()
         .map(|i| {
-            let mut v = wire::item(i);
+            let mut v = item_json(&scope, i);
             if let Value::Object(m) = &mut v {
                 m.insert("score".into(), Value::Null);
             }
@@ -191,21 +234,28 @@ pub struct NamespacesBody {
 
 pub async fn namespaces(
     State(app): State<AppState>,
+    principal: Principal,
     OptionalJsonBody(b): OptionalJsonBody<NamespacesBody>,
 ) -> ApiResult<Response> {
     let b = b.unwrap_or_default();
     check_no_nul(b.prefix.iter().flatten(), "prefix")?;
     check_no_nul(b.suffix.iter().flatten(), "suffix")?;
+    let scope = scope(&principal);
+    let prefix = match (b.prefix, scope.is_empty()) {
+        (p, true) => p,
+        (p, false) => Some(within(&scope, p.unwrap_or_default())),
+    };
     let ns = app
         .store
         .list_namespaces(&NamespaceQuery {
-            prefix: b.prefix,
+            prefix,
             suffix: b.suffix,
-            max_depth: b.max_depth,
+            max_depth: b.max_depth.map(|d| d.saturating_add(scope.len())),
             limit: b.limit.unwrap_or(100).min(1000),
             offset: b.offset.unwrap_or(0),
         })
         .await
         .map_err(|e| ApiError::store("listing namespaces", e))?;
+    let ns: Vec<Vec<String>> = ns.into_iter().map(|n| outside(&scope, n)).collect();
     Ok(wire::ok(&json!({"namespaces": ns})))
 }

@@ -1,6 +1,7 @@
 //! `/threads*`: CRUD, search, copy, prune, state, history.
 
 use crate::app::AppState;
+use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{JsonBody, OptionalJsonBody, Path, Query, header_str, uuid_param};
 use crate::routes::assistants::{paginated, sort_order};
@@ -12,6 +13,7 @@ use fawn_checkpoint::{
     Checkpoint, HistoryQuery, IfExists, JsonMap, NewThread, PruneStrategy, Thread, ThreadFilter,
     ThreadPatch, ThreadQuery, ThreadSort, ThreadStatus, ThreadTtl, valid_ttl_minutes,
 };
+use fawn_runtime::create::OWNER_KEY;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -95,8 +97,20 @@ pub struct SuperstepUpdate {
     as_node: Option<String>,
 }
 
+/// `metadata` with the caller stamped as the owner (when data is per user): a client can
+/// neither choose nor change who a thread belongs to.
+fn owned_metadata(principal: &Principal, metadata: Option<JsonMap>) -> Option<JsonMap> {
+    let Some(me) = principal.scope() else {
+        return metadata;
+    };
+    let mut m = metadata.unwrap_or_default();
+    m.insert(OWNER_KEY.into(), json!(me));
+    Some(m)
+}
+
 pub async fn create(
     State(app): State<AppState>,
+    principal: Principal,
     OptionalJsonBody(b): OptionalJsonBody<CreateBody>,
 ) -> ApiResult<Response> {
     let b = b.unwrap_or_default();
@@ -113,7 +127,18 @@ pub async fn create(
             )));
         }
     };
-    let mut metadata = b.metadata.unwrap_or_default();
+    if let (Some(id), Some(_)) = (&thread_id, principal.scope())
+        && let Some(existing) = app
+            .store
+            .get_thread(id)
+            .await
+            .map_err(|e| ApiError::store("loading the thread", e))?
+        && !principal.owns_thread(&existing.metadata)
+    {
+        // Someone else's: never returned (`do_nothing`), only said to exist.
+        return Err(ApiError::conflict(format!("Thread {id} already exists")));
+    }
+    let mut metadata = owned_metadata(&principal, b.metadata).unwrap_or_default();
     if let Some(g) = b.graph_id {
         metadata.insert("graph_id".into(), json!(g));
     }
@@ -166,17 +191,22 @@ pub struct PatchBody {
 
 pub async fn patch(
     State(app): State<AppState>,
+    principal: Principal,
     Path(id): Path<String>,
     headers: HeaderMap,
     JsonBody(b): JsonBody<PatchBody>,
 ) -> ApiResult<Response> {
     let id = uuid_param("thread", &id)?;
+    let metadata = match b.metadata {
+        Some(m) if principal.scope().is_some() => owned_metadata(&principal, Some(m)),
+        other => other,
+    };
     let t = app
         .store
         .update_thread(
             &id,
             ThreadPatch {
-                metadata: b.metadata,
+                metadata,
                 ttl: parse_ttl(&b.ttl)?,
             },
         )
@@ -271,6 +301,7 @@ fn extract_path(v: &Value, path: &str) -> Value {
 
 pub async fn search(
     State(app): State<AppState>,
+    principal: Principal,
     OptionalJsonBody(b): OptionalJsonBody<SearchBody>,
 ) -> ApiResult<Response> {
     let b = b.unwrap_or_default();
@@ -317,7 +348,7 @@ pub async fn search(
         .store
         .search_threads(&ThreadQuery {
             filter: ThreadFilter {
-                metadata: b.metadata,
+                metadata: owned_metadata(&principal, b.metadata),
                 values: b.values,
                 status: status_filter(b.status.as_deref())?,
                 ids: ids_filter(b.ids)?,
@@ -367,13 +398,14 @@ pub struct CountBody {
 
 pub async fn count(
     State(app): State<AppState>,
+    principal: Principal,
     OptionalJsonBody(b): OptionalJsonBody<CountBody>,
 ) -> ApiResult<Response> {
     let b = b.unwrap_or_default();
     let n = app
         .store
         .count_threads(&ThreadFilter {
-            metadata: b.metadata,
+            metadata: owned_metadata(&principal, b.metadata),
             values: b.values,
             status: status_filter(b.status.as_deref())?,
             ids: None,
@@ -399,6 +431,7 @@ pub struct PruneBody {
 
 pub async fn prune(
     State(app): State<AppState>,
+    principal: Principal,
     JsonBody(b): JsonBody<PruneBody>,
 ) -> ApiResult<Response> {
     let strategy = match b.strategy.as_deref() {
@@ -415,6 +448,17 @@ pub async fn prune(
         .iter()
         .map(|i| uuid_param("thread", i))
         .collect::<ApiResult<Vec<_>>>()?;
+    // Only the caller's own threads are pruned; others' ids are skipped like missing ones.
+    let mut owned = Vec::with_capacity(ids.len());
+    for id in ids {
+        if crate::authz::owns_thread(&app, &principal, &id)
+            .await
+            .is_ok()
+        {
+            owned.push(id);
+        }
+    }
+    let ids = owned;
     let n = fawn_runtime::threads::prune_threads(&app, &ids, strategy).await?;
     Ok(wire::ok(&json!({"pruned_count": n})))
 }

@@ -260,8 +260,12 @@ async fn models_features_and_auth() {
     assert_eq!(me["id"], "default");
     assert_eq!(me["system_role"], "admin");
     assert_eq!(me["needs_setup"], false);
+    assert_eq!(me["email"], "default@test.local");
     let (_, st) = app.get_json("/api/v1/auth/setup-status").await;
-    assert_eq!(st, json!({"needs_setup": false}));
+    assert_eq!(
+        st,
+        json!({"needs_setup": false, "registration_enabled": false})
+    );
     let (_, sc) = app.get_json("/api/suggestions/config").await;
     assert_eq!(sc["enabled"], false);
     // IM channels are not implemented: the reads the UI makes on every page say so, the

@@ -1,3 +1,5 @@
+// Stub servers in these tests are not Fawn routes: they need no access rules.
+#![allow(clippy::disallowed_methods)]
 //! Integration tests of the server over real HTTP. Persistence-dependent cases run on SQLite
 //! and on Postgres (`TEST_DATABASE_URL`, a fresh schema per test).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -24,6 +26,7 @@ macro_rules! backends {
 
 mod access;
 mod assistants_store;
+mod auth;
 mod bad_input;
 mod crons;
 mod gateway;

@@ -1,0 +1,282 @@
+//! Who may call what. Every route is added through [`Routes::route`], which takes the access
+//! rule of each method it serves; `Router::route` itself is banned outside this module
+//! (`clippy.toml`), so a route cannot be added without declaring who may call it. The rules
+//! are kept as a table ([`Routes::specs`]) that the authorization tests walk route by route.
+//!
+//! * [`Who::Public`]: anyone, anonymous included.
+//! * [`Who::User`]: an authenticated user (401 otherwise). A route whose path names a
+//!   thread, a cron or a run (`{thread_id}`, `{cron_id}`, `{run_id}`) also checks that the
+//!   caller owns it: another user's resource answers the same 404 as a missing one. A thread
+//!   that does not exist yet passes (routes that create it stamp the caller as its owner).
+//! * [`Who::Admin`]: an admin (401 anonymous, 403 a plain user).
+//!
+//! A method the table does not declare for a route is refused (405), never served.
+//! Listings and searches filter by owner in their handlers; ownership is never checked by
+//! hiding a route.
+
+use crate::app::AppState;
+use crate::auth::{Caller, Principal, unauthenticated};
+use crate::error::ApiError;
+use axum::Router;
+use axum::extract::{FromRequestParts, RawPathParams, Request};
+use axum::http::{Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::MethodRouter;
+use std::sync::Arc;
+
+/// Who may call a route's method.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Who {
+    Public,
+    User,
+    Admin,
+}
+
+/// The methods routes serve (`HEAD` is served as `GET`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum M {
+    Get,
+    Post,
+    Put,
+    Patch,
+    Delete,
+}
+
+impl M {
+    fn of(m: &Method) -> Option<M> {
+        Some(match *m {
+            Method::GET | Method::HEAD => M::Get,
+            Method::POST => M::Post,
+            Method::PUT => M::Put,
+            Method::PATCH => M::Patch,
+            Method::DELETE => M::Delete,
+            _ => return None,
+        })
+    }
+
+    pub fn method(self) -> Method {
+        match self {
+            M::Get => Method::GET,
+            M::Post => Method::POST,
+            M::Put => Method::PUT,
+            M::Patch => Method::PATCH,
+            M::Delete => Method::DELETE,
+        }
+    }
+}
+
+/// What a route's path names, whose owner is checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resource {
+    None,
+    Thread,
+    Cron,
+    Run,
+}
+
+impl Resource {
+    /// Read off the path: `{thread_id}` wins over `{run_id}` (a thread's run is the
+    /// thread's).
+    pub fn of(path: &str) -> Resource {
+        if path.contains("{thread_id}") {
+            Resource::Thread
+        } else if path.contains("{cron_id}") {
+            Resource::Cron
+        } else if path.contains("{run_id}") {
+            Resource::Run
+        } else {
+            Resource::None
+        }
+    }
+}
+
+/// One declared rule: `method path` may be called by `who`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Spec {
+    pub path: &'static str,
+    pub method: M,
+    pub who: Who,
+}
+
+/// A router whose every route declared its access rules.
+pub struct Routes {
+    router: Router<AppState>,
+    specs: Vec<Spec>,
+}
+
+impl Default for Routes {
+    fn default() -> Self {
+        Routes::new()
+    }
+}
+
+impl Routes {
+    pub fn new() -> Routes {
+        Routes {
+            router: Router::new(),
+            specs: Vec::new(),
+        }
+    }
+
+    /// Adds `path` served by `methods`, with the rule of each method it serves.
+    #[allow(clippy::disallowed_methods)]
+    pub fn route(
+        mut self,
+        path: &'static str,
+        rules: &[(M, Who)],
+        methods: MethodRouter<AppState>,
+    ) -> Routes {
+        for (m, who) in rules {
+            self.specs.push(Spec {
+                path,
+                method: *m,
+                who: *who,
+            });
+        }
+        let rules: Arc<[(M, Who)]> = rules.into();
+        let resource = Resource::of(path);
+        let layer = axum::middleware::from_fn(move |req: Request, next: Next| {
+            let rules = rules.clone();
+            async move { enforce(&rules, resource, req, next).await }
+        });
+        self.router = self.router.route(path, methods.route_layer(layer));
+        self
+    }
+
+    /// Both tables in one (their paths must not overlap).
+    pub fn merge(mut self, other: Routes) -> Routes {
+        self.router = self.router.merge(other.router);
+        self.specs.extend(other.specs);
+        self
+    }
+
+    pub fn specs(&self) -> &[Spec] {
+        &self.specs
+    }
+
+    pub fn into_router(self) -> Router<AppState> {
+        self.router
+    }
+
+    /// The router and its table.
+    pub fn into_parts(self) -> (Router<AppState>, Vec<Spec>) {
+        (self.router, self.specs)
+    }
+}
+
+async fn enforce(rules: &[(M, Who)], resource: Resource, req: Request, next: Next) -> Response {
+    let declared = M::of(req.method()).and_then(|m| rules.iter().find(|(rm, _)| *rm == m));
+    let Some((_, who)) = declared else {
+        return ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed").into_response();
+    };
+    if *who == Who::Public {
+        return next.run(req).await;
+    }
+    let principal = match req.extensions().get::<Caller>() {
+        Some(Caller(Some(p))) => p.clone(),
+        _ => return unauthenticated().into_response(),
+    };
+    if *who == Who::Admin && !principal.is_admin() {
+        return ApiError::new(StatusCode::FORBIDDEN, "Admin access required").into_response();
+    }
+    if resource == Resource::None || principal.scope().is_none() {
+        return next.run(req).await;
+    }
+    let (mut parts, body) = req.into_parts();
+    let params = RawPathParams::from_request_parts(&mut parts, &()).await;
+    let app = parts.extensions.get::<AppState>().cloned();
+    let req = Request::from_parts(parts, body);
+    let (Ok(params), Some(app)) = (params, app) else {
+        return ApiError::internal("checking ownership", "route parameters or state missing")
+            .into_response();
+    };
+    let param = |name: &str| {
+        params
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.to_string())
+    };
+    let check = match resource {
+        Resource::Thread => match param("thread_id") {
+            Some(id) => owns_thread(&app, &principal, &id).await,
+            None => Ok(()),
+        },
+        Resource::Cron => match param("cron_id") {
+            Some(id) => owns_cron(&app, &principal, &id).await,
+            None => Ok(()),
+        },
+        Resource::Run => match param("run_id") {
+            Some(id) => owns_run(&app, &principal, &id).await,
+            None => Ok(()),
+        },
+        Resource::None => Ok(()),
+    };
+    match check {
+        Ok(()) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// A thread id as stored: UUIDs canonical, DeerFlow's plain ids as they are.
+pub fn canonical_thread_id(raw: &str) -> String {
+    match uuid::Uuid::parse_str(raw.trim()) {
+        Ok(u) => u.hyphenated().to_string(),
+        Err(_) => raw.to_string(),
+    }
+}
+
+/// `Ok` when the thread is the caller's or does not exist; the route's own 404 otherwise.
+pub async fn owns_thread(app: &AppState, p: &Principal, raw_id: &str) -> Result<(), ApiError> {
+    let id = canonical_thread_id(raw_id);
+    match app.store.get_thread(&id).await {
+        Ok(Some(t)) if !p.owns_thread(&t.metadata) => Err(ApiError::not_found(format!(
+            "Thread with ID {raw_id} not found"
+        ))),
+        Ok(_) => Ok(()),
+        Err(e) => Err(ApiError::store("checking the thread's owner", e)),
+    }
+}
+
+async fn owns_cron(app: &AppState, p: &Principal, id: &str) -> Result<(), ApiError> {
+    match app.store.get_cron(id).await {
+        Ok(Some(c)) if !p.owns(c.user_id.as_deref()) => {
+            Err(ApiError::not_found(format!("Cron {id} not found")))
+        }
+        Ok(_) => Ok(()),
+        Err(e) => Err(ApiError::store("checking the cron's owner", e)),
+    }
+}
+
+/// The user a run acts for (`configurable.user_id`, set by the server).
+pub fn run_user(run: &fawn_checkpoint::Run) -> Option<&str> {
+    run.kwargs
+        .get("config")
+        .and_then(|c| c.get("configurable"))
+        .and_then(|c| c.get("user_id"))
+        .and_then(|u| u.as_str())
+}
+
+async fn owns_run(app: &AppState, p: &Principal, id: &str) -> Result<(), ApiError> {
+    match app.store.get_run(id).await {
+        Ok(Some(r)) if !p.owns(run_user(&r)) => Err(ApiError::not_found("Run not found")),
+        Ok(_) => Ok(()),
+        Err(e) => Err(ApiError::store("checking the run's owner", e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resources_are_read_off_paths() {
+        assert_eq!(
+            Resource::of("/threads/{thread_id}/runs/{run_id}"),
+            Resource::Thread
+        );
+        assert_eq!(Resource::of("/runs/{run_id}/stream"), Resource::Run);
+        assert_eq!(Resource::of("/runs/crons/{cron_id}"), Resource::Cron);
+        assert_eq!(Resource::of("/threads/search"), Resource::None);
+    }
+}
