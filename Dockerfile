@@ -24,7 +24,7 @@ COPY --from=build /src/target/release/fawn /usr/local/bin/fawn
 COPY --from=build /src/skills /opt/fawn/skills
 COPY --from=build /src/config.example.yaml /opt/fawn/config.example.yaml
 USER fawn
-ENV FAWN_HOME=/data FAWN_HOST=0.0.0.0 FAWN_PORT=2024 FAWN_INSECURE_NO_AUTH=1 \
+ENV FAWN_HOME=/data FAWN_HOST=0.0.0.0 FAWN_PORT=2024 \
     DEER_FLOW_SKILLS_PATH=/opt/fawn/skills
 VOLUME ["/data"]
 EXPOSE 2024

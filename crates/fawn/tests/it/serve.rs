@@ -27,12 +27,23 @@ fn fawn(home: &std::path::Path) -> Command {
 
 /// One HTTP/1.1 exchange on a fresh connection; returns the status line and the body.
 fn request(addr: &str, method: &str, path: &str, body: &str) -> (String, String) {
+    request_with(addr, method, path, body, "")
+}
+
+/// [`request`] with extra header lines (each ending in `\r\n`).
+fn request_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+    headers: &str,
+) -> (String, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(
         s,
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+         {headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
@@ -77,7 +88,15 @@ fn one_worker_serves_requests() {
     .unwrap();
     let (_server, addr) = start(
         fawn(home.path())
-            .args(["serve", "--port", "0", "--workers", "1", "--config"])
+            .args([
+                "serve",
+                "--no-auth",
+                "--port",
+                "0",
+                "--workers",
+                "1",
+                "--config",
+            ])
             .arg(&config),
     );
     let (status, _) = request(&addr, "GET", "/ok", "");
@@ -100,16 +119,23 @@ fn zero_workers_is_refused() {
 }
 
 #[test]
-fn a_non_loopback_address_needs_the_insecure_flag() {
+fn a_non_loopback_address_without_auth_needs_the_insecure_flag() {
     let home = tempfile::tempdir().unwrap();
-    let out = fawn(home.path())
-        .args(["serve", "--host", "0.0.0.0", "--port", "0"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("no authentication"), "{err}");
-    assert!(err.contains("--insecure-no-auth"), "{err}");
+    for how in [&["--no-auth"][..], &[]] {
+        let mut cmd = fawn(home.path());
+        if how.is_empty() {
+            cmd.env("DEER_FLOW_AUTH_DISABLED", "1");
+        }
+        let out = cmd
+            .args(["serve", "--host", "0.0.0.0", "--port", "0"])
+            .args(how)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("authentication disabled"), "{err}");
+        assert!(err.contains("--insecure-no-auth"), "{err}");
+    }
     assert!(
         !home.path().join("fawn").exists(),
         "refused before anything was created"
@@ -122,6 +148,7 @@ fn a_deerflow_config_serves_without_what_fawn_lacks() {
     let (_server, addr) = start(
         fawn(home.path())
             .env("FAWN_FIXTURE_OPENAI_KEY", "k")
+            .env("DEER_FLOW_AUTH_DISABLED", "1")
             .args(["serve", "--port", "0", "--config"])
             .arg(home.path().join("config.yaml")),
     );
@@ -132,4 +159,88 @@ fn a_deerflow_config_serves_without_what_fawn_lacks() {
         !body.contains("gemini-example") && !body.contains("ollama-example"),
         "{body}"
     );
+}
+
+/// Auth is on by default: anonymous callers get 401, and an operator mints an API key from
+/// the command line for an account it creates, while the server runs on the same database.
+#[test]
+fn auth_is_on_by_default_and_api_keys_come_from_the_cli() {
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "title:\n  enabled: false\nmemory:\n  enabled: false\n",
+    )
+    .unwrap();
+    // With auth on, any address may be used.
+    let (_server, addr) = start(
+        fawn(home.path())
+            .args(["serve", "--host", "0.0.0.0", "--port", "0", "--config"])
+            .arg(&config),
+    );
+    let port = addr.rsplit(':').next().unwrap();
+    let local = format!("127.0.0.1:{port}");
+    let (status, _) = request(&local, "GET", "/ok", "");
+    assert!(status.contains(" 200 "), "{status}");
+    let (status, body) = request(&local, "POST", "/threads", "{}");
+    assert!(status.contains(" 401 "), "{status} {body}");
+
+    let out = fawn(home.path())
+        .args(["user", "add", "ops@example.com", "--admin", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = fawn(home.path())
+        .args([
+            "api-key",
+            "create",
+            "ops@example.com",
+            "--name",
+            "ci",
+            "--config",
+        ])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let key = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert!(key.starts_with("fawn_"), "{key}");
+    let header = format!("x-api-key: {key}\r\n");
+    let (status, body) = request_with(&local, "POST", "/threads", "{}", &header);
+    assert!(status.contains(" 200 "), "{status} {body}");
+    let (_, me) = request_with(&local, "GET", "/api/v1/auth/me", "", &header);
+    assert!(
+        me.contains("ops@example.com") && me.contains("admin"),
+        "{me}"
+    );
+
+    let out = fawn(home.path())
+        .args(["api-key", "list", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let listed = String::from_utf8(out.stdout).unwrap();
+    assert!(!listed.contains(&key), "keys are never printed again");
+    let id = listed.split_whitespace().next().unwrap().to_string();
+    let out = fawn(home.path())
+        .args(["api-key", "revoke", &id, "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (status, _) = request_with(&local, "POST", "/threads", "{}", &header);
+    assert!(status.contains(" 401 "), "revoked: {status}");
 }
