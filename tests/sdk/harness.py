@@ -5,8 +5,14 @@ Standard library only, so both suites can use it:
 
 * pytest imports it (see python/conftest.py);
 * the JS suite runs under it: `python3 tests/sdk/harness.py -- node --test …` starts the
-  servers, exports their URLs as `FAWN_SDK_SERVERS` (JSON `{"sqlite": url, "postgres": url}`),
+  servers, exports their URLs as `FAWN_SDK_SERVERS` (JSON `{"sqlite": url, "postgres": url}`)
+  and their API keys as `FAWN_SDK_KEYS` (JSON `{"sqlite": {"admin": key, "other": key}, …}`),
   runs the command and stops everything, exiting with the command's status.
+
+Every server runs with authentication on (the default of `fawn serve`). Before it starts, the
+harness creates two accounts in its database with the CLI — the admin `sdk-admin@test.local`
+and the plain user `sdk-other@test.local` — and mints one API key for each
+(`fawn api-key create`); the suites send them as `x-api-key`.
 
 Binaries: `FAWN_BIN` / `FAWN_MOCK_LLM_BIN`, default `target/debug/{fawn,fawn-mock-llm}`.
 Backends: `FAWN_SDK_BACKENDS` (default `sqlite,postgres`); Postgres uses `TEST_DATABASE_URL`
@@ -32,6 +38,10 @@ DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/test"
 START_TIMEOUT = 60.0
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+# The accounts every server gets (see FawnServer.create_accounts); keys are minted per server.
+USERS = {"admin": "sdk-admin@test.local", "other": "sdk-other@test.local"}
+API_KEY = re.compile(r"^(fawn_\S+)$", re.MULTILINE)
 
 
 def binary(env_name: str, name: str) -> Path:
@@ -108,7 +118,11 @@ def child_env(extra: dict[str, str]) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("DATABASE_URL", "FAWN_CONFIG", "DEER_FLOW_CONFIG_PATH", "FAWN_HOME", "DEER_FLOW_HOME")
+        if k not in (
+            "DATABASE_URL", "FAWN_CONFIG", "DEER_FLOW_CONFIG_PATH", "FAWN_HOME", "DEER_FLOW_HOME",
+            # the servers run with authentication on, whatever the caller's environment says
+            "DEER_FLOW_AUTH_DISABLED", "FAWN_INSECURE_NO_AUTH",
+        )
         and not k.startswith(("OPENAI_", "ANTHROPIC_", "LANGSMITH_", "LANGCHAIN_"))
     }
     # (the mock model does not support thinking: one warning per run otherwise)
@@ -181,7 +195,8 @@ database:
 
 
 class FawnServer:
-    """`fawn serve --port 0` with a generated config on one backend."""
+    """`fawn serve --port 0` with a generated config on one backend, authentication on, and
+    an API key per account in `USERS` (`self.keys`: {"admin": key, "other": key})."""
 
     def __init__(self, backend: str, mock_base_url: str, workdir: Path):
         self.backend = backend
@@ -200,22 +215,59 @@ class FawnServer:
         config.write_text(
             CONFIG.format(base_url=mock_base_url, skills=workdir / "skills", database=database)
         )
-        self.process = Process(
-            f"fawn serve ({backend})",
-            [str(binary("FAWN_BIN", "fawn")), "serve", "--host", "127.0.0.1", "--port", "0", "--config", str(config)],
-            workdir / "fawn.log",
-            child_env({"FAWN_HOME": str(home)}),
-            workdir,
-        )
+        self.config = config
+        self.env = child_env({"FAWN_HOME": str(home)})
+        self.process: Process | None = None
         try:
+            # (the CLI opens the same database as `serve`: same FAWN_HOME and --config)
+            self.keys = self.create_accounts()
+            self.process = Process(
+                f"fawn serve ({backend})",
+                [str(binary("FAWN_BIN", "fawn")), "serve", "--host", "127.0.0.1", "--port", "0",
+                 "--config", str(config)],
+                workdir / "fawn.log",
+                self.env,
+                workdir,
+            )
             m = self.process.wait_for(r"Fawn is listening on (http://\S+)")
         except Exception:
             self.stop()
             raise
         self.url = m.group(1)
 
+    def cli(self, *args: str) -> str:
+        """Runs `fawn ARGS… --config CONFIG` against this server's database; its stdout."""
+        argv = [str(binary("FAWN_BIN", "fawn")), *args, "--config", str(self.config)]
+        r = subprocess.run(
+            argv, env=self.env, cwd=self.workdir, stdin=subprocess.DEVNULL,
+            capture_output=True, text=True, timeout=START_TIMEOUT, check=False,
+        )
+        if r.returncode != 0:
+            raise RuntimeError(
+                f"`{' '.join(args)}` ({self.backend}) exited with {r.returncode}:\n{r.stdout}{r.stderr}"
+            )
+        return ANSI.sub("", r.stdout)
+
+    def create_accounts(self) -> dict[str, str]:
+        """`fawn user add` for each of USERS (the "admin" one with --admin), then one
+        `fawn api-key create` each; the keys by role."""
+        keys = {}
+        for role, email in USERS.items():
+            self.cli("user", "add", email, *(["--admin"] if role == "admin" else []))
+            out = self.cli("api-key", "create", email, "--name", f"sdk {role}")
+            m = API_KEY.search(out)
+            if not m:
+                raise RuntimeError(f"no API key in the output of `fawn api-key create {email}`:\n{out}")
+            keys[role] = m.group(1)
+        return keys
+
+    def headers(self, role: str = "admin") -> dict[str, str]:
+        """The header that authenticates as `role` ("admin" or "other")."""
+        return {"x-api-key": self.keys[role]}
+
     def stop(self) -> None:
-        self.process.stop(signal.SIGTERM)
+        if self.process:
+            self.process.stop(signal.SIGTERM)
         if self.pg and shutil.which("psql"):
             url, schema = self.pg
             subprocess.run(
@@ -247,10 +299,14 @@ class Stack:
     def urls(self) -> dict[str, str]:
         return {name: s.url for name, s in self.servers.items()}
 
+    def keys(self) -> dict[str, dict[str, str]]:
+        return {name: dict(s.keys) for name, s in self.servers.items()}
+
     def logs(self) -> str:
         return "\n".join(
             f"--- {s.process.name} (last lines of {s.process.log}) ---\n{s.process.tail()}"
             for s in self.servers.values()
+            if s.process
         )
 
     def stop(self, keep_logs: bool = False) -> None:
@@ -270,7 +326,11 @@ def main(argv: list[str]) -> int:
     stack = Stack()
     failed = True
     try:
-        env = dict(os.environ, FAWN_SDK_SERVERS=json.dumps(stack.urls()))
+        env = dict(
+            os.environ,
+            FAWN_SDK_SERVERS=json.dumps(stack.urls()),
+            FAWN_SDK_KEYS=json.dumps(stack.keys()),
+        )
         print(f"harness: servers {stack.urls()}", flush=True)
         rc = subprocess.run(command, env=env, check=False).returncode
         failed = rc != 0

@@ -1,25 +1,58 @@
 // Shared helpers for the JS SDK suite. The servers are started by ../harness.py, which
-// exports their URLs as FAWN_SDK_SERVERS (`make sdk-test` runs it for you).
+// exports their URLs as FAWN_SDK_SERVERS and the API keys it minted for each as
+// FAWN_SDK_KEYS (`make sdk-test` runs it for you). The servers run with authentication on:
+// `client(url)` and `api(url, …)` act as the admin account.
 import assert from "node:assert/strict";
 import { Client } from "@langchain/langgraph-sdk";
 
 export const AGENT = "lead_agent";
 
 export function servers() {
-  const raw = process.env.FAWN_SDK_SERVERS;
-  if (!raw) {
-    throw new Error(
-      "FAWN_SDK_SERVERS is not set: run the suite through tests/sdk/harness.py (make sdk-test)",
-    );
-  }
-  const parsed = JSON.parse(raw);
+  const parsed = env("FAWN_SDK_SERVERS");
   assert.ok(Object.keys(parsed).length > 0, "no servers in FAWN_SDK_SERVERS");
   return Object.entries(parsed);
 }
 
-/** A client that never retries, so a 5xx shows as a failure instead of a duplicate run. */
-export function client(url) {
-  return new Client({ apiUrl: url, apiKey: null, callerOptions: { maxRetries: 0 } });
+function env(name) {
+  const raw = process.env[name];
+  if (!raw) {
+    throw new Error(`${name} is not set: run the suite through tests/sdk/harness.py (make sdk-test)`);
+  }
+  return JSON.parse(raw);
+}
+
+/** The API key the harness minted on the server at `url` for `role` ("admin" or "other"). */
+export function apiKey(url, role = "admin") {
+  const backend = Object.entries(env("FAWN_SDK_SERVERS")).find(([, u]) => u === url)?.[0];
+  const key = env("FAWN_SDK_KEYS")[backend]?.[role];
+  assert.ok(key, `no ${role} key for ${url} in FAWN_SDK_KEYS`);
+  return key;
+}
+
+/**
+ * A client that never retries, so a 5xx shows as a failure instead of a duplicate run.
+ * It acts as the admin; `{ role: "other" }` for the plain user, `{ apiKey: null }` for anonymous.
+ */
+export function client(url, { role = "admin", apiKey: key } = {}) {
+  return new Client({
+    apiUrl: url,
+    apiKey: key === undefined ? apiKey(url, role) : key,
+    callerOptions: { maxRetries: 0 },
+  });
+}
+
+/** A raw `fetch` of `path` on the server at `url`, authenticated as `role` (x-api-key). */
+export function api(url, path, init = {}, role = "admin") {
+  return fetch(`${url}${path}`, {
+    ...init,
+    headers: { ...(init.headers ?? {}), "x-api-key": apiKey(url, role) },
+  });
+}
+
+/** Thread metadata without the `owner` (the creating user's id) the server stamps on it. */
+export function withoutOwner(metadata) {
+  const { owner: _owner, ...rest } = metadata;
+  return rest;
 }
 
 export const mock = (directive) => `@mock ${JSON.stringify(directive)}`;

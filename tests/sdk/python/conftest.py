@@ -1,5 +1,8 @@
 """Fixtures: one mock LLM and one `fawn serve` per backend for the whole session (see
-../harness.py); every test runs once per backend through the parametrized `server` fixture."""
+../harness.py); every test runs once per backend through the parametrized `server` fixture.
+
+The servers run with authentication on: `client` and `http` act as the admin account
+(`server.keys["admin"]`); `server.keys["other"]` is a plain user's key (see test_auth.py)."""
 
 from __future__ import annotations
 
@@ -53,10 +56,10 @@ def server(request, stack):
 
 @pytest.fixture
 def client(server):
-    return get_sync_client(url=server.url, api_key=None, timeout=30)
+    return get_sync_client(url=server.url, api_key=server.keys["admin"], timeout=30)
 
 
 @pytest.fixture
 def http(server):
-    with httpx.Client(base_url=server.url, timeout=30) as c:
+    with httpx.Client(base_url=server.url, headers=server.headers("admin"), timeout=30) as c:
         yield c

@@ -62,6 +62,11 @@ def answer_text(values: dict) -> str:
     return content
 
 
+def without_owner(metadata: dict) -> dict:
+    """Thread metadata without the `owner` (the creating user's id) the server stamps on it."""
+    return {k: v for k, v in metadata.items() if k != "owner"}
+
+
 def eventually(check: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout
     last = None

@@ -9,7 +9,7 @@ from sdkutil import AGENT, answer_text, tool_call, user
 
 def test_async_stream_wait_and_join(server):
     async def main():
-        client = get_client(url=server.url, api_key=None)
+        client = get_client(url=server.url, api_key=server.keys["admin"])
         tid = (await client.threads.create())["thread_id"]
         created = []
         parts = [p async for p in client.runs.stream(

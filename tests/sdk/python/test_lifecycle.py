@@ -110,7 +110,8 @@ def test_thread_stream_sees_every_run(client, server):
 
     def listen():
         try:
-            with httpx.Client(base_url=server.url, timeout=httpx.Timeout(10.0, read=10.0)) as h:
+            with httpx.Client(base_url=server.url, headers=server.headers(),
+                              timeout=httpx.Timeout(10.0, read=10.0)) as h:
                 with h.stream("GET", f"/threads/{tid}/stream", params={"stream_mode": "lifecycle"}) as r:
                     for line in r.iter_lines():
                         if line.startswith("data:"):

@@ -81,7 +81,7 @@ def test_the_replaced_runs_stream_ends_cleanly(client, server, strategy):
     from langgraph_sdk import get_sync_client
 
     tid = client.threads.create()["thread_id"]
-    other = get_sync_client(url=server.url, api_key=None, timeout=30)
+    other = get_sync_client(url=server.url, api_key=server.keys["admin"], timeout=30)
     parts, done = [], threading.Event()
 
     def consume():

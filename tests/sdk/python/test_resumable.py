@@ -80,7 +80,8 @@ def test_thread_join_stream_with_last_event_id(client, server):
                                     stream_resumable=True))
     # the thread-level stream never ends by itself: read with a deadline
     got = []
-    with httpx.Client(base_url=server.url, timeout=httpx.Timeout(5.0, read=1.5)) as h:
+    with httpx.Client(base_url=server.url, headers=server.headers(),
+                      timeout=httpx.Timeout(5.0, read=1.5)) as h:
         try:
             with h.stream("GET", f"/threads/{tid}/stream", headers={"Last-Event-ID": "-1"}) as r:
                 assert r.status_code == 200

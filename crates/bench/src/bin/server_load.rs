@@ -294,7 +294,14 @@ async fn start_server(
     std::fs::write(&cfg, config)?;
     let port = free_port()?;
     let child = Command::new(bin("fawn")?)
-        .args(["serve", "--port", &port.to_string(), "--config"])
+        // Authentication off: the figures are the run lifecycle's (auth_cost measures auth).
+        .args([
+            "serve",
+            "--no-auth",
+            "--port",
+            &port.to_string(),
+            "--config",
+        ])
         .arg(&cfg)
         .env("FAWN_HOME", home.0.join("home"))
         .env("RUST_LOG", "error")

@@ -108,6 +108,17 @@ fn owned_metadata(principal: &Principal, metadata: Option<JsonMap>) -> Option<Js
     Some(m)
 }
 
+/// A search filter restricted to the caller's threads; `None` when it names another owner
+/// (it can match nothing).
+fn owned_filter(principal: &Principal, metadata: Option<JsonMap>) -> Option<Option<JsonMap>> {
+    if let (Some(me), Some(m)) = (principal.scope(), &metadata)
+        && m.get(OWNER_KEY).is_some_and(|o| o.as_str() != Some(me))
+    {
+        return None;
+    }
+    Some(owned_metadata(principal, metadata))
+}
+
 pub async fn create(
     State(app): State<AppState>,
     principal: Principal,
@@ -344,11 +355,14 @@ pub async fn search(
     }
     let limit = b.limit.unwrap_or(10).min(1000);
     let offset = b.offset.unwrap_or(0);
+    let Some(metadata) = owned_filter(&principal, b.metadata) else {
+        return Ok(paginated(Value::Array(Vec::new()), 0, offset, 0));
+    };
     let page = app
         .store
         .search_threads(&ThreadQuery {
             filter: ThreadFilter {
-                metadata: owned_metadata(&principal, b.metadata),
+                metadata,
                 values: b.values,
                 status: status_filter(b.status.as_deref())?,
                 ids: ids_filter(b.ids)?,
@@ -402,10 +416,13 @@ pub async fn count(
     OptionalJsonBody(b): OptionalJsonBody<CountBody>,
 ) -> ApiResult<Response> {
     let b = b.unwrap_or_default();
+    let Some(metadata) = owned_filter(&principal, b.metadata) else {
+        return Ok(wire::ok(&0));
+    };
     let n = app
         .store
         .count_threads(&ThreadFilter {
-            metadata: owned_metadata(&principal, b.metadata),
+            metadata,
             values: b.values,
             status: status_filter(b.status.as_deref())?,
             ids: None,
