@@ -166,6 +166,9 @@ pub struct SandboxConfig {
     pub file_size_limit_mb: u64,
     /// CPU seconds one bash command may use (all its threads); `0` = no limit.
     pub cpu_time_limit_seconds: u64,
+    /// Disk space one thread's files (`/mnt/user-data`) may take, in MiB; `0` = no limit.
+    /// A write that would pass it is refused, and so is a command once it is passed.
+    pub workspace_quota_mb: u64,
 }
 
 impl Default for SandboxConfig {
@@ -186,6 +189,7 @@ impl Default for SandboxConfig {
             memory_limit_mb: 2048,
             file_size_limit_mb: 1024,
             cpu_time_limit_seconds: 600,
+            workspace_quota_mb: 10 * 1024,
         }
     }
 }

@@ -858,7 +858,13 @@ impl Sandbox for LocalSandbox {
 
     async fn execute(&self, command: &str, opts: ExecOptions) -> Result<ExecOutput, SandboxError> {
         self.ensure_dirs().await?;
-        let job = self.job(command, &opts)?;
+        // Past the quota a command still runs (so it can delete files) but cannot write
+        // a single byte to a file.
+        let over_quota = self.check_quota(0).await.err();
+        let mut job = self.job(command, &opts)?;
+        if over_quota.is_some() {
+            job.limits.file_kib = Some(0);
+        }
         let mut out = self
             .shared
             .runner
@@ -869,6 +875,13 @@ impl Sandbox for LocalSandbox {
         let secrets: Vec<&str> = opts.env.iter().map(|(_, v)| v.as_str()).collect();
         out.stdout = output::redact_secrets(&m.mask(&out.stdout), secrets.iter().copied());
         out.stderr = output::redact_secrets(&m.mask(&out.stderr), secrets.iter().copied());
+        if let Some(e) = over_quota.or(self.check_quota(0).await.err()) {
+            if !out.stderr.is_empty() && !out.stderr.ends_with('\n') {
+                out.stderr.push('\n');
+            }
+            out.stderr
+                .push_str(&format!("{e}; until then commands cannot write files"));
+        }
         Ok(out)
     }
 
@@ -1075,6 +1088,7 @@ impl LocalSandbox {
         };
         if mount.kind == MountKind::UserData {
             self.ensure_dirs().await?;
+            self.check_quota(data.len() as u64).await?;
         }
         let r = tokio::task::spawn_blocking(move || {
             confined::write_file(&root, &rel, &data, append, owner)
@@ -1084,8 +1098,58 @@ impl LocalSandbox {
         r.map_err(|e| self.masked(fs_error(e, &norm)))
     }
 
+    /// `Err` when the thread's files plus `adding` bytes would pass
+    /// `sandbox.workspace_quota_mb`. Counting stops as soon as the quota is passed.
+    async fn check_quota(&self, adding: u64) -> Result<(), SandboxError> {
+        let quota_mb = self.shared.config.workspace_quota_mb;
+        if quota_mb == 0 {
+            return Ok(());
+        }
+        let quota = quota_mb.saturating_mul(1024 * 1024);
+        let root = self.paths.user_data.clone();
+        let used = tokio::task::spawn_blocking(move || disk_usage(&root, quota))
+            .await
+            .map_err(join_err)?;
+        if used.saturating_add(adding) > quota {
+            return Err(SandboxError::TooLarge(format!(
+                "this thread's files would take more than the workspace quota of {quota_mb} MiB \
+                 (in use: {} MiB); delete files under /mnt/user-data first",
+                used / (1024 * 1024)
+            )));
+        }
+        Ok(())
+    }
+
     /// Host path of the thread's workspace (tests, diagnostics).
     pub fn host_workspace(&self) -> &Path {
         &self.paths.workspace
     }
+}
+
+/// Bytes taken by the regular files under `root` (symlinks not followed), counting up to a
+/// little past `cap`.
+fn disk_usage(root: &Path, cap: u64) -> u64 {
+    let mut total: u64 = 0;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.path().symlink_metadata() else {
+                continue;
+            };
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else if meta.is_file() {
+                use std::os::unix::fs::MetadataExt;
+                // Blocks actually allocated: a sparse file takes what it takes.
+                total = total.saturating_add(meta.blocks().saturating_mul(512));
+                if total > cap {
+                    return total;
+                }
+            }
+        }
+    }
+    total
 }

@@ -531,3 +531,31 @@ async fn memory_file_size_and_cpu_are_limited() {
         "stopped by the kernel: {out:?}"
     );
 }
+
+#[tokio::test]
+async fn the_workspace_quota_stops_writes_but_not_cleanup() {
+    let e = env_with(|s, _| {
+        s.app.sandbox.workspace_quota_mb = 1;
+    });
+    let sb = e.sandbox("t1").await;
+    let half = "x".repeat(600 * 1024);
+    sb.write_text("/mnt/user-data/workspace/a.txt", &half, false)
+        .await
+        .expect("under the quota");
+    let err = sb
+        .write_text("/mnt/user-data/workspace/b.txt", &half, false)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("workspace quota"), "{err}");
+    // A command may pass it once; it is told, and the next one cannot write.
+    let out = run(&sb, "head -c 2M /dev/zero > big.bin; echo done").await;
+    assert!(out.stderr.contains("workspace quota"), "{out:?}");
+    let out = run(&sb, "echo more > more.txt; echo status $?; ls").await;
+    assert!(!out.stdout.contains("status 0"), "{out:?}");
+    assert!(out.stderr.contains("workspace quota"), "{out:?}");
+    // Deleting is still possible, and then writing works again.
+    run(&sb, "rm big.bin a.txt more.txt").await;
+    let out = run(&sb, "echo more > more.txt; echo status $?").await;
+    assert!(out.stdout.contains("status 0"), "{out:?}");
+    assert!(!out.stderr.contains("quota"), "{out:?}");
+}

@@ -5,7 +5,9 @@
 //!
 //! * **GET** masks secrets as `***`: every `env` and `headers` value, `oauth.client_secret`
 //!   and `oauth.refresh_token`, and any other key whose name says it holds a secret
-//!   (`api_key`, `token`, `password`, `clientSecret`, …).
+//!   (`api_key`, `token`, `password`, `clientSecret`, …). Which keys are set stays visible;
+//!   an `env` key that would make the launcher run other code is also listed, with why,
+//!   in `refused_env` (such a server is not started).
 //! * **PUT** `{mcp_servers}` replaces the servers. A `***` sent back is replaced by the
 //!   stored value of the same key (a `***` for a key that has no stored value is a 400); for
 //!   OAuth secrets `null` also keeps the stored value and `""` clears it; `routing`/`tools`
@@ -178,6 +180,23 @@ pub fn server_view(raw: &Map<String, Value>) -> Value {
             }
             "env" | "headers" => {
                 v.insert(k.clone(), mask_values(Some(val)));
+                // A stored variable that would make the launcher run other code (written
+                // before such keys were refused, or by hand) is named, not just masked:
+                // that server is not started until it is removed.
+                if k == "env"
+                    && let Value::Object(env) = val
+                {
+                    let refused: Map<String, Value> = env
+                        .keys()
+                        .filter_map(|key| {
+                            fawn_tools::mcp::launch::env_key_refusal(key)
+                                .map(|why| (key.clone(), json!(why)))
+                        })
+                        .collect();
+                    if !refused.is_empty() {
+                        v.insert("refused_env".into(), Value::Object(refused));
+                    }
+                }
             }
             "oauth" => {
                 let masked = match val {
@@ -368,7 +387,8 @@ pub fn merge_server(
     existing: Option<&Map<String, Value>>,
 ) -> ApiResult<Map<String, Value>> {
     let mut out = Map::new();
-    for (k, v) in incoming {
+    // `refused_env` is what GET reports, not configuration: a view sent back drops it.
+    for (k, v) in incoming.iter().filter(|(k, _)| k.as_str() != "refused_env") {
         let stored = existing.and_then(|e| e.get(k));
         let merged = match k.as_str() {
             "env" => merge_map("env key", name, v, stored)?,
@@ -661,6 +681,17 @@ mod tests {
         assert_eq!(v["apiKey"], "***");
         assert_eq!(v["enabled"], true);
         assert_eq!(v["routing"], json!({"keywords": ["a"]}));
+        assert!(v.get("refused_env").is_none());
+        let planted = server_view(&obj(json!({
+            "command": "npx", "env": {"npm_config_call": "touch /tmp/x", "TOKEN": "t"}
+        })));
+        assert_eq!(
+            planted["env"],
+            json!({"npm_config_call": "***", "TOKEN": "***"})
+        );
+        let why = planted["refused_env"]["npm_config_call"].as_str().unwrap();
+        assert!(why.contains("run other code"), "{why}");
+        assert!(planted["refused_env"].get("TOKEN").is_none());
     }
 
     #[test]
