@@ -5,16 +5,29 @@ export TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 
 PYTHON ?= python3
 VENV := .venv
+FUZZ_VENV := .venv-fuzz
 SDK_JS := tests/sdk/js
 
-.PHONY: test deps lint fmt build release serve bench clean-data sdk-test sdk-bins
+.PHONY: test deps lint fmt build release serve bench clean-data sdk-test sdk-bins fuzz
 
 ## Everything CI checks: formatting, lints, unit + integration tests (SQLite and Postgres),
-## then the SDK compatibility suites (real Python and JS LangGraph SDKs against `fawn serve`).
+## the SDK compatibility suites (real Python and JS LangGraph SDKs against `fawn serve`),
+## then the API fuzz run (schemathesis, bounded time, zero server errors).
 test: deps lint
 	$(CARGO) test --workspace --all-targets --locked
 	$(CARGO) test --workspace --doc --locked
 	$(MAKE) sdk-test
+	$(MAKE) fuzz
+
+## Schemathesis against a spawned `fawn serve` (auth on, its own /openapi.json) for
+## FAWN_FUZZ_SECONDS (default 150); any 5xx fails. Pinned in tests/fuzz/requirements.txt.
+fuzz: sdk-bins $(FUZZ_VENV)/.installed
+	$(FUZZ_VENV)/bin/python tests/fuzz/run.py
+
+$(FUZZ_VENV)/.installed: tests/fuzz/requirements.txt
+	$(FUZZ_VENV)/bin/python -m pip --version >/dev/null 2>&1 || { rm -rf $(FUZZ_VENV) && $(PYTHON) -m venv $(FUZZ_VENV); }
+	$(FUZZ_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r tests/fuzz/requirements.txt
+	touch $@
 
 ## The SDK compatibility suites (tests/sdk): Python `langgraph_sdk` under pytest and JS
 ## `@langchain/langgraph-sdk` under node:test, each against a spawned `fawn serve` on SQLite

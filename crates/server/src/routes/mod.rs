@@ -24,6 +24,12 @@ fn api() -> Routes {
         .route("/ok", &[(Get, Public)], get(meta::ok))
         .route("/info", &[(Get, Public)], get(meta::info))
         .route("/health", &[(Get, Public)], get(meta::health))
+        .route(
+            "/openapi.json",
+            &[(Get, Public)],
+            get(crate::openapi::openapi),
+        )
+        .route("/docs", &[(Get, Public)], get(crate::openapi::docs))
         .route("/internal/truncate", &[(Post, Admin)], post(meta::truncate))
         .route("/assistants", &[(Post, User)], post(assistants::create))
         .route(
