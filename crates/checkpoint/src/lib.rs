@@ -318,7 +318,16 @@ pub trait Persistence:
     /// Waits for in-flight statements and closes the connections (graceful shutdown).
     /// Every later call fails with [`StoreError::Database`].
     async fn close(&self);
+    /// Cancellation requests for running runs, as any process makes them: `(run_id,
+    /// action)`. `None` when the backend has no push channel (SQLite, which one process
+    /// serves); heartbeats carry cancellations either way, this only makes them prompt.
+    async fn cancel_signals(&self) -> Option<CancelSignals> {
+        None
+    }
 }
+
+/// A stream of `(run_id, action)` cancellation requests.
+pub type CancelSignals = futures::stream::BoxStream<'static, (String, CancelAction)>;
 
 /// How to open a backend.
 #[derive(Clone, Debug, PartialEq)]

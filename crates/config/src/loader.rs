@@ -52,7 +52,6 @@ pub const IGNORED_DEERFLOW_SECTIONS: &[&str] = &[
     "read_before_write",
     "redaction",
     "run_events",
-    "run_ownership",
     "safety_finish_reason",
     "scheduler",
     "session_memory",
@@ -515,6 +514,7 @@ fn parse_app(
                 | "token_usage"
                 | "agents_api"
                 | "web"
+                | "run_ownership"
         );
         if !known {
             if IGNORED_DEERFLOW_SECTIONS.contains(&key.as_str()) {
@@ -599,6 +599,7 @@ fn parse_app(
             "token_usage" => app.token_usage = parse_section(&path, value, r),
             "agents_api" => app.agents_api = parse_section(&path, value, r),
             "web" => app.web = parse_section(&path, value, r),
+            "run_ownership" => app.run_ownership = parse_section(&path, value, r),
             _ => {}
         }
     }

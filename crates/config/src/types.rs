@@ -33,6 +33,7 @@ pub struct AppConfig {
     pub token_usage: TokenUsageConfig,
     pub agents_api: AgentsApiConfig,
     pub web: WebConfig,
+    pub run_ownership: RunOwnershipConfig,
 }
 
 impl Default for AppConfig {
@@ -58,6 +59,7 @@ impl Default for AppConfig {
             circuit_breaker: CircuitBreakerConfig::default(),
             token_usage: TokenUsageConfig::default(),
             agents_api: AgentsApiConfig::default(),
+            run_ownership: RunOwnershipConfig::default(),
             web: WebConfig::default(),
         }
     }
@@ -532,6 +534,28 @@ impl Default for TokenUsageConfig {
 #[serde(default)]
 pub struct AgentsApiConfig {
     pub enabled: bool,
+}
+
+/// `run_ownership:` (DeerFlow): how long a node's claim on a running run lasts without a
+/// heartbeat. Another node takes the run over (from its last checkpoint) once the lease
+/// plus the grace period passed. Fawn always heartbeats (at a third of the lease).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RunOwnershipConfig {
+    pub lease_seconds: u64,
+    pub grace_seconds: u64,
+    /// DeerFlow's switch; Fawn's leases always heartbeat, so `false` only warns.
+    pub heartbeat_enabled: bool,
+}
+
+impl Default for RunOwnershipConfig {
+    fn default() -> Self {
+        RunOwnershipConfig {
+            lease_seconds: 10,
+            grace_seconds: 0,
+            heartbeat_enabled: true,
+        }
+    }
 }
 
 /// Fawn extension: network policy of the web tools.

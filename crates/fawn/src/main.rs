@@ -261,13 +261,21 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         if args.no_auth {
             auth.enabled = false;
         }
-        let options = fawn_server::AppOptions {
+        let mut options = fawn_server::AppOptions {
             host: args.host.clone(),
             port: args.port,
             insecure_no_auth: args.insecure_no_auth,
             auth,
             ..fawn_server::AppOptions::default()
         };
+        let ownership = &settings.app.run_ownership;
+        options.queue.lease = std::time::Duration::from_secs(ownership.lease_seconds.max(1));
+        options.queue.reap_grace = std::time::Duration::from_secs(ownership.grace_seconds);
+        if !ownership.heartbeat_enabled {
+            tracing::warn!(
+                "run_ownership.heartbeat_enabled: false is ignored: Fawn's run leases always heartbeat"
+            );
+        }
         let app = fawn_server::Application::build(settings, options)
             .await
             .context("starting the server")?;

@@ -82,7 +82,10 @@ impl ActiveRun {
 /// Queue tuning.
 #[derive(Clone, Debug)]
 pub struct QueueConfig {
+    /// A claimed run's lease; heartbeats renew it at a third of it.
     pub lease: Duration,
+    /// How long past an expired lease the reaper waits before taking a run back.
+    pub reap_grace: Duration,
     pub max_attempts: u32,
     pub max_concurrent_runs: usize,
     pub poll_interval: Duration,
@@ -92,7 +95,8 @@ pub struct QueueConfig {
 impl Default for QueueConfig {
     fn default() -> Self {
         QueueConfig {
-            lease: Duration::from_secs(30),
+            lease: Duration::from_secs(10),
+            reap_grace: Duration::ZERO,
             max_attempts: 3,
             max_concurrent_runs: 256,
             poll_interval: Duration::from_secs(1),
@@ -276,13 +280,15 @@ fn rand_unit() -> f64 {
 /// Returns runs whose worker died to the queue. Runs until the queue stops.
 pub async fn reaper(rt: Rt) {
     let q = &rt.queue;
-    let period = (q.cfg.lease / 2).max(Duration::from_millis(200));
+    // A dead node's runs are taken over within lease + grace + a quarter of the lease.
+    let period = (q.cfg.lease / 4).max(Duration::from_millis(200));
+    let grace = chrono::Duration::from_std(q.cfg.reap_grace).unwrap_or_default();
     loop {
         tokio::select! {
             _ = tokio::time::sleep(period) => {}
             _ = q.stopping.cancelled() => return,
         }
-        reap(&rt, chrono::Utc::now()).await;
+        reap(&rt, chrono::Utc::now() - grace).await;
         q.forget_old_cancels();
     }
 }
@@ -830,9 +836,28 @@ async fn cleanup_temporary(rt: &Rt, run: &Run, temporary: bool) {
     crate::threads::delete_thread_files(rt, &run.thread_id).await;
 }
 
+/// Stops the runs executing here that another process was asked to cancel, as soon as the
+/// store announces it (Postgres `NOTIFY`), instead of at the next heartbeat.
+pub async fn follow_cancel_signals(rt: Rt, mut signals: fawn_checkpoint::CancelSignals) {
+    use futures::StreamExt;
+    loop {
+        // Ends with the runtime, so the listening connection goes back before the pool
+        // closes.
+        let next = tokio::select! {
+            _ = rt.shutdown.cancelled() => return,
+            next = signals.next() => next,
+        };
+        let Some((run_id, action)) = next else { return };
+        if let Some(a) = rt.queue.active(&run_id) {
+            tracing::debug!(%run_id, "cancelled from another process");
+            a.stop(StopReason::Cancel(action));
+        }
+    }
+}
+
 /// Cancels runs: pending ones end at once in the store, running ones here get their token
-/// fired (the model stream is dropped within milliseconds); running ones elsewhere see the
-/// request on their next heartbeat.
+/// fired (the model stream is dropped within milliseconds); running ones elsewhere are told
+/// through the store's cancel signals (Postgres) or see the request on their next heartbeat.
 pub async fn cancel(rt: &Rt, target: CancelTarget, action: CancelAction) -> Result<Vec<Run>> {
     let matched = rt
         .store

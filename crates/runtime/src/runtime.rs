@@ -299,6 +299,9 @@ impl Runtime {
         q.spawn(crate::runs::reaper(rt.clone()));
         q.spawn(crate::threads::sweeper(rt.clone()));
         q.spawn(crate::crons::scheduler(rt.clone()));
+        if let Some(signals) = rt.store.cancel_signals().await {
+            q.spawn(crate::runs::follow_cancel_signals(rt.clone(), signals));
+        }
         q.notify.notify_one();
         Ok(rt)
     }

@@ -589,6 +589,16 @@ pub(crate) struct Db {
     pools: Pools,
 }
 
+impl Db {
+    /// The Postgres pool (for LISTEN), if this is Postgres.
+    pub fn pg_pool(&self) -> Option<&PgPool> {
+        match &self.pools {
+            Pools::Pg(p) => Some(p),
+            Pools::Sqlite { .. } => None,
+        }
+    }
+}
+
 fn migrator(dialect: Dialect) -> Migrator {
     let files: &[(i64, &'static str, &'static str)] = match dialect {
         Dialect::Sqlite => &[

@@ -159,6 +159,30 @@ impl Persistence for SqlStore {
         self.db.close().await;
         self.cache.clear();
     }
+
+    /// Postgres: `LISTEN` on [`CANCEL_CHANNEL`] (one connection per process; it reconnects
+    /// by itself, and a notification missed meanwhile is seen at the next heartbeat).
+    async fn cancel_signals(&self) -> Option<crate::CancelSignals> {
+        use futures::StreamExt;
+        let pool = self.db.pg_pool()?;
+        let mut listener = match sqlx::postgres::PgListener::connect_with(pool).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot LISTEN for cancellations; heartbeats carry them");
+                return None;
+            }
+        };
+        if let Err(e) = listener.listen(CANCEL_CHANNEL).await {
+            tracing::warn!(error = %e, "cannot LISTEN for cancellations; heartbeats carry them");
+            return None;
+        }
+        let stream = listener.into_stream().filter_map(|n| async move {
+            let n = n.ok()?;
+            let (run_id, action) = n.payload().rsplit_once(':')?;
+            Some((run_id.to_string(), parse_cancel_action(action)?))
+        });
+        Some(stream.boxed())
+    }
 }
 
 // ------------------------------------------------------------------------ conversions
@@ -191,6 +215,10 @@ fn parse_multitask(s: &str) -> Option<MultitaskStrategy> {
         _ => None,
     }
 }
+
+/// The Postgres channel cancellation requests of running runs are announced on, as
+/// `run_id:action`.
+pub(crate) const CANCEL_CHANNEL: &str = "fawn_run_cancel";
 
 pub(crate) fn cancel_action_str(a: CancelAction) -> &'static str {
     match a {

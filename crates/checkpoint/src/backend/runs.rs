@@ -635,6 +635,17 @@ impl SqlStore {
                         .arg(Arg::ts(now)),
                     )
                     .await?;
+                    if self.dialect() == Dialect::Postgres {
+                        // Delivered at commit to every node listening (see
+                        // `cancel_signals`): the one executing the run stops it at once
+                        // instead of at its next heartbeat.
+                        tx.exec(
+                            Sql::new("SELECT pg_notify($1, $2)")
+                                .bind(super::CANCEL_CHANNEL)
+                                .bind(format!("{}:{}", run.run_id, cancel_action_str(action))),
+                        )
+                        .await?;
+                    }
                 }
             }
         }

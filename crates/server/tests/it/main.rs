@@ -32,6 +32,7 @@ mod crons;
 mod gateway;
 mod lead_agent;
 mod meta;
+mod nodes;
 mod processes;
 mod recovery;
 mod runs;

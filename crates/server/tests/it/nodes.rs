@@ -1,0 +1,108 @@
+//! Two Fawn nodes on one Postgres database: a cancel made on one node reaches the run the
+//! other executes at once (Postgres NOTIFY), not at its next heartbeat, and a run whose
+//! node died is taken over by the other from its last checkpoint.
+
+use crate::helpers::*;
+use fawn_testkit::Turn;
+use serde_json::json;
+use std::time::Duration;
+
+fn slow_text(words: usize, delay_ms: u64) -> Turn {
+    let text: String = (0..words).map(|i| format!("w{i} ")).collect();
+    Turn::text(text).with_chunk_delay(Duration::from_millis(delay_ms))
+}
+
+/// Node A, and node B on the same database and mock model, each with `lease`.
+async fn two_nodes(lease: Duration) -> Option<(TestApp, TestApp)> {
+    let tweak = move |o: &mut fawn_server::AppOptions| {
+        o.queue.lease = lease;
+    };
+    let a = spawn_with(Spawn {
+        tweak: Some(Box::new(tweak)),
+        ..Spawn::new(Db::Postgres)
+    })
+    .await?;
+    let b = spawn_with(Spawn {
+        existing_db: Some(a.db.clone()),
+        mock: Some(a.mock.clone()),
+        tweak: Some(Box::new(tweak)),
+        ..Spawn::new(Db::Postgres)
+    })
+    .await?;
+    Some((a, b))
+}
+
+/// Starts a slow run on a thread; returns (thread, run, whether node `a` executes it).
+async fn slow_run(a: &TestApp, b: &TestApp) -> (String, String, bool) {
+    let tid = a.create_thread().await;
+    a.mock.push(slow_text(4000, 20));
+    let (s, run) = a
+        .post_json(
+            &format!("/threads/{tid}/runs"),
+            json!({"assistant_id": "lead_agent", "input": user_input("slow")}),
+        )
+        .await;
+    assert_eq!(s, 200, "{run}");
+    let rid = run["run_id"].as_str().unwrap().to_string();
+    let on = |app: &TestApp| app.handle.state.rt.queue.active(&rid).is_some();
+    a.eventually(
+        "a node executes the run and streams from the model",
+        || async { (on(a) || on(b)) && a.mock.chat_requests().len() == 1 },
+    )
+    .await;
+    let on_a = on(a);
+    (tid, rid, on_a)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_on_another_node_reaches_the_run_at_once() {
+    // A 10-minute lease: heartbeats (every 200 s) cannot be what carries the cancel.
+    let Some((a, b)) = two_nodes(Duration::from_secs(600)).await else {
+        return;
+    };
+    let (tid, rid, on_a) = slow_run(&a, &b).await;
+    let (executor, other) = if on_a { (&a, &b) } else { (&b, &a) };
+    let r = other
+        .client
+        .post(other.u(&format!("/threads/{tid}/runs/{rid}/cancel?wait=true")))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let run = other.wait_run(&tid, &rid).await;
+    assert_eq!(run["status"], "interrupted", "{run}");
+    assert!(
+        a.mock
+            .wait_until(Duration::from_secs(10), |m| m.streams_aborted() == 1)
+            .await,
+        "the executing node dropped the model stream"
+    );
+    assert!(executor.handle.state.rt.queue.active(&rid).is_none());
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_nodes_run_is_taken_over() {
+    let Some((mut a, mut b)) = two_nodes(Duration::from_secs(1)).await else {
+        return;
+    };
+    let (tid, rid, on_a) = slow_run(&a, &b).await;
+    // The executing node dies without a word; the survivor answers from here on.
+    a.mock.push(Turn::text("resumed"));
+    let survivor = if on_a {
+        a.crash();
+        &b
+    } else {
+        b.crash();
+        &a
+    };
+    let run = survivor.wait_run(&tid, &rid).await;
+    assert_eq!(run["status"], "success", "{run}");
+    let (_, state) = survivor.get_json(&format!("/threads/{tid}/state")).await;
+    let last = state["values"]["messages"]
+        .as_array()
+        .and_then(|m| m.last().cloned())
+        .unwrap_or_default();
+    assert_eq!(last["content"], "resumed", "{state}");
+}
