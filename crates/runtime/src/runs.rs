@@ -953,3 +953,50 @@ pub async fn shutdown(rt: &crate::Runtime) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// How often a relay looks at a run another node executes.
+const RELAY_PERIOD: Duration = Duration::from_millis(100);
+
+/// Feeds the local log of a run that another node executes, for the joiners on this node:
+/// its `metadata` event, then a `values` event each time the run persisted a new checkpoint
+/// (step granularity: token chunks and custom events stay on the executing node), and the
+/// end of the stream once the run is finished. It reads the shared database every
+/// [`RELAY_PERIOD`] while it lives (it lives only while a run is joined from another node),
+/// and stops as soon as the run executes here instead (the local observer publishes then).
+pub fn relay_remote_run(rt: &Rt, run: &Run, log: Arc<RunLog>) {
+    let rt2 = rt.clone();
+    let run = run.clone();
+    rt.queue.spawn(async move {
+        let rt = rt2;
+        if log.begin_attempt(run.attempt.max(1)) {
+            publish_metadata(&log, &run.run_id, &run.thread_id, run.attempt.max(1));
+        }
+        let mut last: Option<String> = None;
+        loop {
+            if rt.queue.active(&run.run_id).is_some() {
+                return;
+            }
+            let current = rt.store.get_run(&run.run_id).await;
+            let cp = latest_checkpoint(&rt, &run.thread_id).await;
+            if let Some(cp) = &cp
+                && last.as_deref() != Some(cp.checkpoint_id.as_str())
+                && cp.metadata.get("run_id").and_then(Value::as_str) == Some(run.run_id.as_str())
+            {
+                last = Some(cp.checkpoint_id.clone());
+                log.publish("values", Bytes::from(state_value(&cp.state).to_string()));
+            }
+            match current {
+                Ok(Some(r)) if r.status.is_active() => {}
+                _ => {
+                    let body = cp.map(|c| Bytes::from(state_value(&c.state).to_string()));
+                    rt.broker.finish(&run.run_id, body);
+                    return;
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(RELAY_PERIOD) => {}
+                _ = rt.shutdown.cancelled() => return,
+            }
+        }
+    });
+}

@@ -647,7 +647,12 @@ fn join_stream_response(
         None if run.status.is_active() => {
             let resumable =
                 fawn_runtime::RunKwargs::from_map(&run.kwargs).is_ok_and(|k| k.resumable);
-            app.broker.open(&run.run_id, &run.thread_id, resumable)
+            let log = app.broker.open(&run.run_id, &run.thread_id, resumable);
+            if app.queue.active(&run.run_id).is_none() {
+                // Executed (or about to be) by another node: relay it from the database.
+                fawn_runtime::runs::relay_remote_run(&app.rt, &run, log.clone());
+            }
+            log
         }
         None => return Ok(sse_response(Body::empty(), None, None)),
     };

@@ -106,3 +106,61 @@ async fn a_dead_nodes_run_is_taken_over() {
         .unwrap_or_default();
     assert_eq!(last["content"], "resumed", "{state}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_joined_on_another_node_streams_its_steps() {
+    let Some((a, b)) = two_nodes(Duration::from_secs(10)).await else {
+        return;
+    };
+    let tid = a.create_thread().await;
+    a.mock
+        .push(Turn::tool_call("get_weather", json!({"city": "Paris"})));
+    a.mock.push(slow_text(100, 20));
+    let (s, run) = a
+        .post_json(
+            &format!("/threads/{tid}/runs"),
+            json!({"assistant_id": "lead_agent", "input": user_input("weather?")}),
+        )
+        .await;
+    assert_eq!(s, 200, "{run}");
+    let rid = run["run_id"].as_str().unwrap().to_string();
+    let on = |app: &TestApp| app.handle.state.rt.queue.active(&rid).is_some();
+    a.eventually("a node executes the run", || async { on(&a) || on(&b) })
+        .await;
+    let other = if on(&a) { &b } else { &a };
+    // Joined on the node that does not execute it: the steps arrive, then the end.
+    let text = tokio::time::timeout(
+        Duration::from_secs(30),
+        other
+            .client
+            .get(other.u(&format!("/threads/{tid}/runs/{rid}/stream")))
+            .send()
+            .await
+            .unwrap()
+            .text(),
+    )
+    .await
+    .expect("the joined stream ends when the run does")
+    .unwrap();
+    let events = parse_sse(&text);
+    assert_eq!(
+        events.first().map(|e| e.event.as_str()),
+        Some("metadata"),
+        "{text}"
+    );
+    let values: Vec<_> = events.iter().filter(|e| e.event == "values").collect();
+    assert!(
+        values.len() >= 2,
+        "steps arrive as they are persisted: {text}"
+    );
+    let run = other.wait_run(&tid, &rid).await;
+    assert_eq!(run["status"], "success", "{run}");
+    let (_, state) = other.get_json(&format!("/threads/{tid}/state")).await;
+    assert_eq!(
+        values.last().unwrap().data["messages"],
+        state["values"]["messages"],
+        "the last step is the final state"
+    );
+    a.stop().await;
+    b.stop().await;
+}
