@@ -271,6 +271,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let ownership = &settings.app.run_ownership;
         options.queue.lease = std::time::Duration::from_secs(ownership.lease_seconds.max(1));
         options.queue.reap_grace = std::time::Duration::from_secs(ownership.grace_seconds);
+        // SIGTERM: runs get 10 s to finish before they are released to another node.
+        options.queue.drain = std::time::Duration::from_secs(10);
         if !ownership.heartbeat_enabled {
             tracing::warn!(
                 "run_ownership.heartbeat_enabled: false is ignored: Fawn's run leases always heartbeat"

@@ -86,6 +86,9 @@ pub struct QueueConfig {
     pub lease: Duration,
     /// How long past an expired lease the reaper waits before taking a run back.
     pub reap_grace: Duration,
+    /// Graceful shutdown: how long running runs may go on to finish before they are
+    /// released for another worker.
+    pub drain: Duration,
     pub max_attempts: u32,
     pub max_concurrent_runs: usize,
     pub poll_interval: Duration,
@@ -97,6 +100,8 @@ impl Default for QueueConfig {
         QueueConfig {
             lease: Duration::from_secs(10),
             reap_grace: Duration::ZERO,
+            // `fawn serve` lets runs finish for 10 s; embedded and test servers release at once.
+            drain: Duration::ZERO,
             max_attempts: 3,
             max_concurrent_runs: 256,
             poll_interval: Duration::from_secs(1),
@@ -939,11 +944,16 @@ pub async fn wait_terminal(rt: &Rt, run_id: &str, timeout: Duration) {
     }
 }
 
-/// Stops claiming, cancels in-flight runs (they are released for another worker) and waits
-/// for them up to the grace period.
+/// Stops claiming, lets in-flight runs finish for up to `drain`, then stops the rest (they
+/// are released for another worker, which resumes them from their last checkpoint) and
+/// waits for them up to the grace period.
 pub async fn shutdown(rt: &crate::Runtime) {
     let q = &rt.queue;
     q.stopping.cancel();
+    let drained = tokio::time::Instant::now() + q.cfg.drain;
+    while q.active_count() > 0 && tokio::time::Instant::now() < drained {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let actives: Vec<Arc<ActiveRun>> = lock(&q.active).values().cloned().collect();
     for a in actives {
         a.stop(StopReason::Shutdown);

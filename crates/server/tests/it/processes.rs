@@ -18,7 +18,7 @@ fn short_lease() -> Tweak {
 }
 
 /// Two servers share one Postgres schema: a cancel sent to one reaches a run executing on
-/// the other through its heartbeat, and a join on the other process ends with the run.
+/// the other (NOTIFY, else its heartbeat), and a join on the other process ends with the run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_share_postgres() {
     // Leases long enough that a loaded machine's heartbeats keep them; cancels still reach
@@ -103,7 +103,43 @@ async fn two_processes_share_postgres() {
     a.stop().await;
 }
 
-backends!(shutdown_releases_runs_to_the_next_process);
+backends!(
+    shutdown_releases_runs_to_the_next_process,
+    shutdown_lets_runs_finish_first
+);
+
+/// With a drain period, a graceful stop lets a run that is about to end finish here.
+async fn shutdown_lets_runs_finish_first(db: Db) {
+    let Some(app) = spawn_with(Spawn {
+        tweak: Some(Box::new(|o| {
+            o.queue.drain = Duration::from_secs(60);
+        })),
+        ..Spawn::new(db)
+    })
+    .await
+    else {
+        return;
+    };
+    app.mock
+        .push(Turn::text("w ".repeat(20)).with_chunk_delay(Duration::from_millis(20)));
+    let tid = app.create_thread().await;
+    let (_, run) = app
+        .post_json(
+            &format!("/threads/{tid}/runs"),
+            json!({"assistant_id": "lead_agent", "input": user_input("work")}),
+        )
+        .await;
+    let rid = run["run_id"].as_str().unwrap().to_string();
+    app.eventually("the model is streaming", || async {
+        app.mock.chat_requests().len() == 1
+    })
+    .await;
+    let db = app.db.clone();
+    app.stop().await;
+    let store = fawn_checkpoint::open(&db.config).await.unwrap();
+    let run = store.get_run(&rid).await.unwrap().unwrap();
+    assert_eq!(run.status, fawn_checkpoint::RunStatus::Success, "{run:?}");
+}
 
 async fn shutdown_releases_runs_to_the_next_process(db: Db) {
     let Some(first) = spawn_with(Spawn {
