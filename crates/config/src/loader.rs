@@ -57,7 +57,6 @@ pub const IGNORED_DEERFLOW_SECTIONS: &[&str] = &[
     "session_memory",
     "skill_evolution",
     "skill_scan",
-    "stream_bridge",
     "suggestions",
     "task_continuity",
     "token_budget",
@@ -515,6 +514,7 @@ fn parse_app(
                 | "agents_api"
                 | "web"
                 | "run_ownership"
+                | "stream_bridge"
         );
         if !known {
             if IGNORED_DEERFLOW_SECTIONS.contains(&key.as_str()) {
@@ -600,6 +600,7 @@ fn parse_app(
             "agents_api" => app.agents_api = parse_section(&path, value, r),
             "web" => app.web = parse_section(&path, value, r),
             "run_ownership" => app.run_ownership = parse_section(&path, value, r),
+            "stream_bridge" => app.stream_bridge = parse_section(&path, value, r),
             _ => {}
         }
     }

@@ -34,6 +34,7 @@ pub struct AppConfig {
     pub agents_api: AgentsApiConfig,
     pub web: WebConfig,
     pub run_ownership: RunOwnershipConfig,
+    pub stream_bridge: StreamBridgeConfig,
 }
 
 impl Default for AppConfig {
@@ -60,6 +61,7 @@ impl Default for AppConfig {
             token_usage: TokenUsageConfig::default(),
             agents_api: AgentsApiConfig::default(),
             run_ownership: RunOwnershipConfig::default(),
+            stream_bridge: StreamBridgeConfig::default(),
             web: WebConfig::default(),
         }
     }
@@ -556,6 +558,19 @@ impl Default for RunOwnershipConfig {
             heartbeat_enabled: true,
         }
     }
+}
+
+/// `stream_bridge:` (DeerFlow): how live events travel between nodes. `type: redis` with a
+/// `redis_url` makes Redis Streams the event bus (as `REDIS_URL` does); `memory` (the
+/// default) keeps events in the executing node.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StreamBridgeConfig {
+    #[serde(rename = "type")]
+    pub type_: Option<String>,
+    pub redis_url: Option<String>,
+    /// DeerFlow's per-run queue bound; Fawn's streams keep about 10 000 events per run.
+    pub queue_maxsize: Option<u64>,
 }
 
 /// Fawn extension: network policy of the web tools.

@@ -271,6 +271,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let ownership = &settings.app.run_ownership;
         options.queue.lease = std::time::Duration::from_secs(ownership.lease_seconds.max(1));
         options.queue.reap_grace = std::time::Duration::from_secs(ownership.grace_seconds);
+        let bridge = &settings.app.stream_bridge;
+        options.redis_url = match bridge.type_.as_deref() {
+            Some("redis") => bridge
+                .redis_url
+                .clone()
+                .or_else(|| std::env::var("REDIS_URL").ok()),
+            _ => std::env::var("REDIS_URL").ok(),
+        }
+        .filter(|u| !u.trim().is_empty());
         // SIGTERM: runs get 10 s to finish before they are released to another node.
         options.queue.drain = std::time::Duration::from_secs(10);
         if !ownership.heartbeat_enabled {

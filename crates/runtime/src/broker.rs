@@ -163,8 +163,17 @@ struct LogInner {
     attempt: u32,
 }
 
+/// What a mirrored log hands on: every event, then the end.
+#[derive(Debug, Clone)]
+pub enum Mirrored {
+    Event(Arc<Event>),
+    End(Option<Bytes>),
+}
+
+/// Where a mirrored log hands its events (the event bus of the node executing the run).
+pub type Mirror = Arc<dyn Fn(&str, Mirrored) + Send + Sync>;
+
 /// The event log of one run.
-#[derive(Debug)]
 pub struct RunLog {
     pub run_id: String,
     pub thread_id: String,
@@ -172,6 +181,16 @@ pub struct RunLog {
     version: watch::Sender<u64>,
     hub: Arc<ThreadHub>,
     limits: (usize, usize),
+    mirror: std::sync::OnceLock<Mirror>,
+}
+
+impl std::fmt::Debug for RunLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunLog")
+            .field("run_id", &self.run_id)
+            .field("thread_id", &self.thread_id)
+            .finish_non_exhaustive()
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -207,6 +226,7 @@ impl RunLog {
             }),
             version: tx,
             hub,
+            mirror: std::sync::OnceLock::new(),
             limits: if resumable {
                 (cfg.resumable_max_events, cfg.resumable_max_bytes)
             } else {
@@ -240,9 +260,42 @@ impl RunLog {
         true
     }
 
+    /// From now on, hands every event and the end to `mirror` too (the node executing the
+    /// run, when there is an event bus). Set once.
+    /// What the log already holds is handed on first (under the log's lock, so nothing is
+    /// skipped; an event handed on twice is dropped by the reader as a duplicate).
+    pub fn mirror_to(&self, mirror: Mirror) {
+        let g = lock(&self.inner);
+        for ev in &g.events {
+            mirror(&self.run_id, Mirrored::Event(ev.clone()));
+        }
+        let _ = self.mirror.set(mirror);
+    }
+
     /// Appends an event; returns its id.
     pub fn publish(&self, name: impl Into<Arc<str>>, data: Bytes) -> u64 {
-        let name = name.into();
+        self.append(name.into(), data)
+    }
+
+    /// Appends an event that another node's log numbered `id` (relayed by the event bus),
+    /// keeping its id so cursors mean the same on every node. An id already passed is a
+    /// duplicate and dropped; a jump means the events between were not kept (a cursor
+    /// before it gets the `gap` event).
+    pub fn publish_at(&self, id: u64, name: impl Into<Arc<str>>, data: Bytes) -> Option<u64> {
+        {
+            let mut g = lock(&self.inner);
+            if id < g.next_id {
+                return None;
+            }
+            if id > g.next_id {
+                g.next_id = id;
+                g.trimmed_below = g.trimmed_below.max(id);
+            }
+        }
+        Some(self.append(name.into(), data))
+    }
+
+    fn append(&self, name: Arc<str>, data: Bytes) -> u64 {
         let ev;
         {
             let mut g = lock(&self.inner);
@@ -262,13 +315,20 @@ impl RunLog {
             }
         }
         self.version.send_modify(|v| *v += 1);
+        if let Some(m) = self.mirror.get() {
+            m(&self.run_id, Mirrored::Event(ev.clone()));
+        }
+        let id = ev.id;
         self.hub
-            .forward(&self.thread_id, &self.run_id, ThreadItem::Event(ev.clone()));
-        ev.id
+            .forward(&self.thread_id, &self.run_id, ThreadItem::Event(ev));
+        id
     }
 
     /// Ends the log: subscribers drain what is left and stop.
     pub fn close(&self, final_body: Option<Bytes>) {
+        if let Some(m) = self.mirror.get() {
+            m(&self.run_id, Mirrored::End(final_body.clone()));
+        }
         {
             let mut g = lock(&self.inner);
             g.done = true;

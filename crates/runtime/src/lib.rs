@@ -11,6 +11,7 @@
 //! typed results and a [`RuntimeError`] whose variants say what went wrong, not how to answer.
 
 pub mod broker;
+pub mod bus;
 pub mod checkpoints;
 pub mod create;
 pub mod crons;

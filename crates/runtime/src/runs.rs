@@ -497,6 +497,11 @@ async fn run_attempt(rt: &Rt, run: &Run, active: &Arc<ActiveRun>) {
         Err(e) => (RunKwargs::default(), Some(e)),
     };
     let log = rt.broker.open(&run.run_id, &run.thread_id, kw.resumable);
+    if let Some(bus) = rt.bus.get() {
+        // Executed here: other nodes' joiners read it from the bus.
+        bus.unfollow(&run.run_id);
+        log.mirror_to(bus.mirror());
+    }
     if log.begin_attempt(attempt) {
         publish_metadata(&log, &run.run_id, &run.thread_id, attempt);
     }
@@ -974,6 +979,10 @@ const RELAY_PERIOD: Duration = Duration::from_millis(100);
 /// [`RELAY_PERIOD`] while it lives (it lives only while a run is joined from another node),
 /// and stops as soon as the run executes here instead (the local observer publishes then).
 pub fn relay_remote_run(rt: &Rt, run: &Run, log: Arc<RunLog>) {
+    if let Some(bus) = rt.bus.get() {
+        bus.follow(&run.run_id, log);
+        return;
+    }
     let rt2 = rt.clone();
     let run = run.clone();
     rt.queue.spawn(async move {

@@ -46,6 +46,8 @@ pub struct RuntimeOptions {
     pub local_addr: Option<SocketAddr>,
     /// Internal webhook receivers trusted despite the SSRF guard.
     pub webhook_policy: WebhookPolicy,
+    /// The Redis event bus between nodes (`REDIS_URL`, or DeerFlow's `stream_bridge`).
+    pub redis_url: Option<String>,
 }
 
 impl Default for RuntimeOptions {
@@ -62,6 +64,7 @@ impl Default for RuntimeOptions {
             user_id: "default".into(),
             local_addr: None,
             webhook_policy: WebhookPolicy::from_env(),
+            redis_url: None,
         }
     }
 }
@@ -84,6 +87,8 @@ pub enum BuildError {
     Models(String),
     #[error("lead agent: {0}")]
     Agent(String),
+    #[error("event bus: cannot reach Redis at the configured URL: {0}")]
+    Bus(String),
     #[error("{0}")]
     Other(String),
 }
@@ -118,6 +123,8 @@ pub struct Runtime {
     pub shutdown: CancellationToken,
     /// Assistants read by run creation, kept briefly (see [`Runtime::assistant`]).
     assistants: RwLock<HashMap<String, (Assistant, Instant)>>,
+    /// The event bus between nodes, when Redis is configured.
+    pub bus: OnceLock<Arc<crate::bus::RedisBus>>,
 }
 
 /// The runtime as its tasks and callers hold it.
@@ -280,7 +287,19 @@ impl Runtime {
             local_addr: OnceLock::new(),
             shutdown: CancellationToken::new(),
             assistants: RwLock::new(HashMap::new()),
+            bus: OnceLock::new(),
         });
+        if let Some(url) = options
+            .redis_url
+            .as_deref()
+            .filter(|u| !u.trim().is_empty())
+        {
+            let bus = crate::bus::RedisBus::connect(url, &rt)
+                .await
+                .map_err(|e| BuildError::Bus(e.to_string()))?;
+            let _ = rt.bus.set(bus);
+            tracing::info!("event bus: Redis Streams");
+        }
         if let Some(addr) = options.local_addr {
             let _ = rt.local_addr.set(addr);
         }

@@ -60,6 +60,8 @@ pub struct AppOptions {
     /// Authentication: off by default here (tests, embedding); `fawn serve` turns it on
     /// unless told otherwise.
     pub auth: crate::auth::AuthOptions,
+    /// The Redis event bus between nodes, if any.
+    pub redis_url: Option<String>,
 }
 
 impl std::fmt::Debug for AppOptions {
@@ -94,6 +96,7 @@ impl Default for AppOptions {
             access: crate::access::AccessPolicy::from_env(),
             insecure_no_auth: false,
             auth: crate::auth::AuthOptions::disabled(),
+            redis_url: None,
         }
     }
 }
@@ -259,6 +262,7 @@ impl Application {
                 user_id: options.user_id.clone(),
                 local_addr: Some(addr),
                 webhook_policy: options.webhook_policy.clone(),
+                redis_url: options.redis_url.clone(),
             },
         )
         .await?;

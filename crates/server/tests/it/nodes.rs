@@ -164,3 +164,91 @@ async fn a_run_joined_on_another_node_streams_its_steps() {
     a.stop().await;
     b.stop().await;
 }
+
+/// Node A and node B on one Postgres and one Redis (a fresh key space per test is not
+/// needed: streams are named by run id).
+async fn two_nodes_with_redis() -> Option<(TestApp, TestApp)> {
+    let url = std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let tweak = {
+        let url = url.clone();
+        move |o: &mut fawn_server::AppOptions| {
+            o.redis_url = Some(url.clone());
+        }
+    };
+    let a = spawn_with(Spawn {
+        tweak: Some(Box::new(tweak.clone())),
+        ..Spawn::new(Db::Postgres)
+    })
+    .await?;
+    let b = spawn_with(Spawn {
+        existing_db: Some(a.db.clone()),
+        mock: Some(a.mock.clone()),
+        tweak: Some(Box::new(tweak)),
+        ..Spawn::new(Db::Postgres)
+    })
+    .await?;
+    Some((a, b))
+}
+
+/// With Redis, a run joined on the other node streams exactly what the executing node's
+/// log holds: every token chunk, with the same ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_a_joined_stream_is_the_executing_nodes_log() {
+    let Some((a, b)) = two_nodes_with_redis().await else {
+        return;
+    };
+    let tid = a.create_thread().await;
+    a.mock
+        .push(Turn::tool_call("get_weather", json!({"city": "Paris"})));
+    a.mock.push(slow_text(60, 20));
+    let body = json!({"assistant_id": "lead_agent", "input": user_input("weather?"),
+                      "stream_mode": ["values", "messages-tuple", "updates"],
+                      "stream_resumable": true});
+    // Created (and so executed) on A, streamed there; joined on B.
+    let created = a
+        .client
+        .post(a.u(&format!("/threads/{tid}/runs/stream")))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let location = created
+        .headers()
+        .get("content-location")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    let rid = location.rsplit('/').next().unwrap().to_string();
+    let joined = b
+        .client
+        .get(b.u(&format!("/threads/{tid}/runs/{rid}/stream")))
+        .header("last-event-id", "-1")
+        .send()
+        .await
+        .unwrap();
+    let (on_a, on_b) = tokio::join!(created.text(), joined.text());
+    let (on_a, on_b) = (on_a.unwrap(), on_b.unwrap());
+    assert!(a.handle.state.rt.queue.active(&rid).is_none());
+    let ids = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("id: "))
+            .map(str::to_string)
+            .collect()
+    };
+    let events = |text: &str| -> Vec<(String, serde_json::Value)> {
+        parse_sse(text)
+            .into_iter()
+            .map(|e| (e.event, e.data))
+            .collect()
+    };
+    let (ea, eb) = (events(&on_a), events(&on_b));
+    assert!(
+        ea.iter().filter(|(e, _)| e == "messages").count() > 10,
+        "tokens streamed: {on_a}"
+    );
+    assert_eq!(eb, ea, "the joined stream is the executing node's log");
+    assert_eq!(ids(&on_b), ids(&on_a));
+    a.stop().await;
+    b.stop().await;
+}
