@@ -8,7 +8,7 @@ VENV := .venv
 FUZZ_VENV := .venv-fuzz
 SDK_JS := tests/sdk/js
 
-.PHONY: test deps lint fmt build release serve bench clean-data sdk-test sdk-bins fuzz
+.PHONY: test deps lint fmt build release serve bench clean-data sdk-test sdk-bins fuzz nodes-test
 
 ## Everything CI checks: formatting, lints, unit + integration tests (SQLite and Postgres),
 ## the SDK compatibility suites (real Python and JS LangGraph SDKs against `fawn serve`),
@@ -17,7 +17,13 @@ test: deps lint
 	$(CARGO) test --workspace --all-targets --locked
 	$(CARGO) test --workspace --doc --locked
 	$(MAKE) sdk-test
+	$(MAKE) nodes-test
 	$(MAKE) fuzz
+
+## Three `fawn serve` on one Postgres behind a round-robin proxy, with and without the Redis
+## event bus (Redis at TEST_REDIS_URL, default redis://127.0.0.1:6379), driven by the SDK.
+nodes-test: sdk-bins $(VENV)/.installed
+	cd tests/nodes && ../../$(VENV)/bin/python -m pytest
 
 ## Schemathesis against a spawned `fawn serve` (auth on, its own /openapi.json) for
 ## FAWN_FUZZ_SECONDS (default 150); any 5xx fails. Pinned in tests/fuzz/requirements.txt.

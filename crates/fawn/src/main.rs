@@ -148,8 +148,14 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::User(cmd) => report(user_command(cmd)),
-        Command::ApiKey(cmd) => report(key_command(cmd)),
+        Command::User(cmd) => {
+            LOGS_TO_STDERR.store(true, std::sync::atomic::Ordering::Relaxed);
+            report(user_command(cmd))
+        }
+        Command::ApiKey(cmd) => {
+            LOGS_TO_STDERR.store(true, std::sync::atomic::Ordering::Relaxed);
+            report(key_command(cmd))
+        }
     }
 }
 
@@ -220,15 +226,30 @@ fn check_config(path: Option<PathBuf>, strict: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Commands whose standard output is their result (an API key, a list) log to stderr.
+static LOGS_TO_STDERR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn init_logging(level: Option<&str>) {
+    use tracing_subscriber::fmt::writer::BoxMakeWriter;
     let default = level.unwrap_or("info").to_ascii_lowercase();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let to_stderr = LOGS_TO_STDERR.load(std::sync::atomic::Ordering::Relaxed);
     // Colours only on a terminal: log files and CI output stay plain text.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let ansi = if to_stderr {
+        std::io::IsTerminal::is_terminal(&std::io::stderr())
+    } else {
+        std::io::IsTerminal::is_terminal(&std::io::stdout())
+    };
+    let writer = if to_stderr {
+        BoxMakeWriter::new(std::io::stderr)
+    } else {
+        BoxMakeWriter::new(std::io::stdout)
+    };
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
+        .with_writer(writer)
         .try_init();
 }
 
