@@ -57,7 +57,6 @@ pub const IGNORED_DEERFLOW_SECTIONS: &[&str] = &[
     "session_memory",
     "skill_evolution",
     "skill_scan",
-    "suggestions",
     "task_continuity",
     "token_budget",
     "tool_output",
@@ -512,6 +511,7 @@ fn parse_app(
                 | "circuit_breaker"
                 | "token_usage"
                 | "agents_api"
+                | "suggestions"
                 | "web"
                 | "run_ownership"
                 | "stream_bridge"
@@ -598,6 +598,21 @@ fn parse_app(
             "circuit_breaker" => app.circuit_breaker = parse_section(&path, value, r),
             "token_usage" => app.token_usage = parse_section(&path, value, r),
             "agents_api" => app.agents_api = parse_section(&path, value, r),
+            "suggestions" => {
+                let s: SuggestionsConfig = parse_section(&path, value, r);
+                if (1..=SuggestionsConfig::MAX_LIMIT).contains(&s.max_suggestions) {
+                    app.suggestions = s;
+                } else {
+                    r.error(
+                        keypath::key(&path, "max_suggestions"),
+                        format!(
+                            "must be between 1 and {}, got {}",
+                            SuggestionsConfig::MAX_LIMIT,
+                            s.max_suggestions
+                        ),
+                    );
+                }
+            }
             "web" => app.web = parse_section(&path, value, r),
             "run_ownership" => app.run_ownership = parse_section(&path, value, r),
             "stream_bridge" => app.stream_bridge = parse_section(&path, value, r),

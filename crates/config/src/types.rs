@@ -32,6 +32,7 @@ pub struct AppConfig {
     pub circuit_breaker: CircuitBreakerConfig,
     pub token_usage: TokenUsageConfig,
     pub agents_api: AgentsApiConfig,
+    pub suggestions: SuggestionsConfig,
     pub web: WebConfig,
     pub run_ownership: RunOwnershipConfig,
     pub stream_bridge: StreamBridgeConfig,
@@ -60,6 +61,7 @@ impl Default for AppConfig {
             circuit_breaker: CircuitBreakerConfig::default(),
             token_usage: TokenUsageConfig::default(),
             agents_api: AgentsApiConfig::default(),
+            suggestions: SuggestionsConfig::default(),
             run_ownership: RunOwnershipConfig::default(),
             stream_bridge: StreamBridgeConfig::default(),
             web: WebConfig::default(),
@@ -536,6 +538,29 @@ impl Default for TokenUsageConfig {
 #[serde(default)]
 pub struct AgentsApiConfig {
     pub enabled: bool,
+}
+
+/// `suggestions:` (DeerFlow): follow-up questions offered after an answer. On by default;
+/// `max_suggestions` is 1..=[`SuggestionsConfig::MAX_LIMIT`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SuggestionsConfig {
+    pub enabled: bool,
+    pub max_suggestions: u32,
+}
+
+impl SuggestionsConfig {
+    /// DeerFlow's `MAX_SUGGESTIONS_LIMIT`.
+    pub const MAX_LIMIT: u32 = 5;
+}
+
+impl Default for SuggestionsConfig {
+    fn default() -> Self {
+        SuggestionsConfig {
+            enabled: true,
+            max_suggestions: 3,
+        }
+    }
 }
 
 /// `run_ownership:` (DeerFlow): how long a node's claim on a running run lasts without a

@@ -124,6 +124,33 @@ fn subagent_limits_clamp_like_deerflow() {
 }
 
 #[test]
+fn suggestions_default_on_and_take_deerflow_limits() {
+    let l = load_with("", None, &[]).unwrap();
+    assert!(l.settings.app.suggestions.enabled);
+    assert_eq!(l.settings.app.suggestions.max_suggestions, 3);
+    let l = load_with(
+        "suggestions:\n  enabled: false\n  max_suggestions: 5\n",
+        None,
+        &[],
+    )
+    .unwrap();
+    assert!(!l.settings.app.suggestions.enabled);
+    assert_eq!(l.settings.app.suggestions.max_suggestions, 5);
+    for bad in [0, 6] {
+        assert_eq!(
+            crate::error_lines(load_with(
+                &format!("suggestions:\n  max_suggestions: {bad}\n"),
+                None,
+                &[]
+            )),
+            [format!(
+                "suggestions.max_suggestions: must be between 1 and 5, got {bad}"
+            )]
+        );
+    }
+}
+
+#[test]
 fn summarization_trigger_as_a_single_mapping() {
     let yaml = "summarization:\n  enabled: true\n  trigger: {type: messages, value: 50}\n";
     let l = load_with(yaml, None, &[]).unwrap();
@@ -290,7 +317,6 @@ database:
             "token_budget: DeerFlow setting that Fawn does not implement; ignored",
             "tool_search: DeerFlow setting that Fawn does not implement; ignored",
             "tool_output: DeerFlow setting that Fawn does not implement; ignored",
-            "suggestions: DeerFlow setting that Fawn does not implement; ignored",
             "input_polish: DeerFlow setting that Fawn does not implement; ignored",
             "read_before_write: DeerFlow setting that Fawn does not implement; ignored",
             "safety_finish_reason: DeerFlow setting that Fawn does not implement; ignored",
