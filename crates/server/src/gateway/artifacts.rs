@@ -13,22 +13,53 @@
 //! * One `Range: bytes=…` range is honoured (206 with `Content-Range`; 416 with
 //!   `Content-Range: bytes */size` when unsatisfiable); several ranges are ignored (200).
 //! * Files are read whole, up to [`MAX_ARTIFACT_BYTES`] (413 beyond). Members of `.skill`
-//!   archives (`x.skill/SKILL.md`) are not served (404), and `PUT` (editing) is not
-//!   implemented.
+//!   archives (`x.skill/SKILL.md`) are not served (404).
+//!
+//! `PUT /api/threads/{id}/artifacts/{path}` `{content, expected_sha256}` replaces an existing
+//! UTF-8 text file under `mnt/user-data/outputs/` (DeerFlow's editor in the artifacts panel):
+//!
+//! * another prefix → 400; a `..` segment → 403; a `.skill` archive or a member of one, a
+//!   symlink (the file or a directory on its way), a file holding a NUL byte or that is not
+//!   UTF-8, or new content with a NUL byte → 415; missing → 404; a directory → 400;
+//!   `expected_sha256` not 64 lowercase hex digits → 422;
+//! * the file or the new content over [`MAX_EDITABLE_BYTES`] (2 MiB) → 413, and so is a
+//!   write past the thread's workspace quota;
+//! * the file's SHA-256 differs from `expected_sha256` (it changed since the editor opened
+//!   it) → 412; the thread is busy (a run pending or in flight) → 409;
+//! * the new content is written through the sandbox under a staging name in the same
+//!   directory (so it is confined, counted against the quota and owned like the agent's
+//!   files), given the old file's permissions and renamed over it: readers see the old file
+//!   or the new one. Answer: `{path, sha256, size}` with the virtual path.
+//!
+//! The busy check is not a lock: a run created between the check and the rename may see
+//! either version of the file.
 
 use super::thread_param;
 use super::uploads::thread_sandbox;
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{Path, Query};
+use crate::extract::{JsonBody, Path, Query};
+use crate::routes::threads::load_thread;
+use crate::wire::ok;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
+use fawn_checkpoint::ThreadStatus;
 use fawn_sandbox::{SandboxError, SandboxProvider};
+use serde::Deserialize;
+use serde_json::json;
+use sha2::{Digest, Sha256};
 
 /// Largest artifact served.
 pub const MAX_ARTIFACT_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Largest artifact edited (before and after), DeerFlow's limit.
+pub const MAX_EDITABLE_BYTES: u64 = 2 * 1024 * 1024;
+/// What an editable artifact's path starts with.
+const EDITABLE_PREFIX: &str = "mnt/user-data/outputs/";
+/// Staging names of edits (a hidden sibling of the file).
+const EDIT_STAGING_PREFIX: &str = ".artifact-edit-";
 
 const ACTIVE_CONTENT: [&str; 3] = ["text/html", "application/xhtml+xml", "image/svg+xml"];
 
@@ -206,6 +237,187 @@ pub async fn get(
     response.map_err(|e| ApiError::internal("building an artifact response", e))
 }
 
+fn unsupported(detail: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, detail)
+}
+
+fn too_large_to_edit() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "Artifact is too large to edit",
+    )
+}
+
+/// `PUT /api/threads/{id}/artifacts/{path}` body.
+#[derive(Debug, Deserialize)]
+pub struct EditBody {
+    content: String,
+    expected_sha256: String,
+}
+
+/// The segments below `outputs/` of an editable artifact path, or the error to answer.
+pub fn editable_segments(path: &str) -> ApiResult<Vec<&str>> {
+    let rel = path.trim_start_matches('/');
+    let Some(sub) = rel.strip_prefix(EDITABLE_PREFIX) else {
+        return Err(ApiError::bad_request(
+            "Only files in /mnt/user-data/outputs can be edited",
+        ));
+    };
+    if rel.split(['/', '\\']).any(|seg| seg == "..") {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "Access denied: path traversal detected",
+        ));
+    }
+    if rel.contains(".skill/") || rel.ends_with(".skill") {
+        return Err(unsupported(
+            "Skill archives cannot be edited in the artifacts panel",
+        ));
+    }
+    let segments: Vec<&str> = sub
+        .split('/')
+        .filter(|s| !s.is_empty() && *s != ".")
+        .collect();
+    if segments.is_empty() {
+        return Err(ApiError::bad_request(format!("Path is not a file: {rel}")));
+    }
+    Ok(segments)
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// `PUT /api/threads/{id}/artifacts/{path}`: replaces a text file of the thread's outputs.
+pub async fn put(
+    State(app): State<AppState>,
+    Path((thread_id, path)): Path<(String, String)>,
+    JsonBody(body): JsonBody<EditBody>,
+) -> ApiResult<Response> {
+    let thread_id = thread_param(&thread_id)?;
+    let segments = editable_segments(&path)?;
+    let expected = &body.expected_sha256;
+    if expected.len() != 64
+        || !expected
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    {
+        return Err(ApiError::unprocessable(
+            "Invalid request body at `expected_sha256`: must match ^[0-9a-f]{64}$",
+        ));
+    }
+    let virtual_path = format!("/{EDITABLE_PREFIX}{}", segments.join("/"));
+    let shown = &virtual_path[1..];
+    let not_found = || ApiError::not_found(format!("Artifact not found: {shown}"));
+    let thread = load_thread(&app, &thread_id).await?;
+    if thread.status == ThreadStatus::Busy {
+        return Err(ApiError::conflict(
+            "Thread has a run in flight. Save after the run finishes.",
+        ));
+    }
+    // A thread without files has no artifacts (and is not given a directory by asking).
+    let outputs = app.services.sandbox.thread_paths(&thread_id).outputs;
+    if !tokio::fs::try_exists(&outputs).await.unwrap_or(false) {
+        return Err(not_found());
+    }
+    let sandbox = thread_sandbox(&app, &thread_id).await?;
+    let _guard = sandbox.lock_path(&virtual_path).await;
+    // The rename below works on host paths: nothing on the way may be a symlink.
+    let mut host = sandbox.paths().outputs.clone();
+    let last = segments.len() - 1;
+    let mut permissions = None;
+    for (i, seg) in segments.iter().enumerate() {
+        host.push(seg);
+        let meta = match tokio::fs::symlink_metadata(&host).await {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_found()),
+            Err(e) => return Err(ApiError::internal("reading an artifact", e)),
+        };
+        if meta.file_type().is_symlink() {
+            return Err(unsupported("Symlinked artifacts cannot be edited"));
+        }
+        if i < last && !meta.is_dir() {
+            return Err(not_found());
+        }
+        if i == last {
+            if !meta.is_file() {
+                return Err(ApiError::bad_request(format!(
+                    "Path is not a file: {shown}"
+                )));
+            }
+            if meta.len() > MAX_EDITABLE_BYTES {
+                return Err(too_large_to_edit());
+            }
+            permissions = Some(meta.permissions());
+        }
+    }
+    let current = match sandbox.read_bytes(&virtual_path, MAX_EDITABLE_BYTES).await {
+        Ok(b) => b,
+        Err(SandboxError::TooLarge(_)) => return Err(too_large_to_edit()),
+        Err(e) => return Err(sandbox_error(shown, e)),
+    };
+    if current.contains(&0) {
+        return Err(unsupported("Binary artifacts cannot be edited"));
+    }
+    if std::str::from_utf8(&current).is_err() {
+        return Err(unsupported("Only UTF-8 text artifacts can be edited"));
+    }
+    if sha256_hex(&current) != *expected {
+        return Err(ApiError::new(
+            StatusCode::PRECONDITION_FAILED,
+            "Artifact changed since it was opened",
+        ));
+    }
+    let updated = body.content.into_bytes();
+    if updated.len() as u64 > MAX_EDITABLE_BYTES {
+        return Err(too_large_to_edit());
+    }
+    if updated.contains(&0) {
+        return Err(unsupported("Binary content cannot be saved as an artifact"));
+    }
+    let staging = format!("{EDIT_STAGING_PREFIX}{}.tmp", uuid::Uuid::new_v4().simple());
+    let parent_virtual = virtual_path
+        .rsplit_once('/')
+        .map(|(p, _)| p)
+        .unwrap_or(fawn_sandbox::VIRTUAL_OUTPUTS);
+    if let Err(e) = sandbox
+        .write_bytes(&format!("{parent_virtual}/{staging}"), &updated)
+        .await
+    {
+        return Err(match e {
+            SandboxError::TooLarge(m) => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, m),
+            other => sandbox_error(shown, other),
+        });
+    }
+    let host_tmp = host.with_file_name(&staging);
+    let replaced = async {
+        if let Some(p) = permissions {
+            tokio::fs::set_permissions(&host_tmp, p).await?;
+        }
+        // Checked again right before the rename: still a regular file, not a symlink.
+        let meta = tokio::fs::symlink_metadata(&host).await?;
+        if !meta.file_type().is_file() {
+            return Err(std::io::Error::other(
+                "the artifact is no longer a regular file",
+            ));
+        }
+        tokio::fs::rename(&host_tmp, &host).await
+    }
+    .await;
+    if let Err(e) = replaced {
+        let _ = tokio::fs::remove_file(&host_tmp).await;
+        return Err(match e.kind() {
+            std::io::ErrorKind::NotFound => not_found(),
+            _ => ApiError::internal("replacing an artifact", e),
+        });
+    }
+    Ok(ok(&json!({
+        "path": virtual_path,
+        "sha256": sha256_hex(&updated),
+        "size": updated.len(),
+    })))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,5 +488,25 @@ mod tests {
             content_type("blob", b"\0\x01"),
             ("application/octet-stream".into(), false)
         );
+    }
+
+    #[test]
+    fn editable_paths() {
+        fn status(p: &str) -> Result<Vec<&str>, u16> {
+            editable_segments(p).map_err(|e| e.status.as_u16())
+        }
+        assert_eq!(
+            status("mnt/user-data/outputs/a/b.md"),
+            Ok(vec!["a", "b.md"])
+        );
+        assert_eq!(status("/mnt/user-data/outputs//./b.md"), Ok(vec!["b.md"]));
+        assert_eq!(status("mnt/user-data/uploads/a.md"), Err(400));
+        assert_eq!(status("mnt/user-data/outputs"), Err(400));
+        assert_eq!(status("mnt/user-data/outputs/"), Err(400));
+        assert_eq!(status("outputs/a.txt"), Err(400));
+        assert_eq!(status("mnt/user-data/outputs/../workspace/a"), Err(403));
+        assert_eq!(status("mnt/user-data/outputs/a\\..\\..\\b"), Err(403));
+        assert_eq!(status("mnt/user-data/outputs/x.skill"), Err(415));
+        assert_eq!(status("mnt/user-data/outputs/x.skill/SKILL.md"), Err(415));
     }
 }

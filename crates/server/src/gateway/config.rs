@@ -43,11 +43,11 @@ pub async fn model(State(app): State<AppState>, Path(name): Path<String>) -> Api
     }
 }
 
-/// What the UI may offer. Fawn serves none of the agents API, the browser panel or durable
-/// MCP tasks, so all are off.
-pub async fn features() -> Response {
+/// What the UI may offer: the custom-agent API when `agents_api.enabled`; Fawn serves
+/// neither the browser panel nor durable MCP tasks.
+pub async fn features(State(app): State<AppState>) -> Response {
     ok(&json!({
-        "agents_api": {"enabled": false},
+        "agents_api": {"enabled": app.settings.app.agents_api.enabled},
         "browser_control": {"enabled": false},
         "mcp_tasks": {"enabled": false},
     }))

@@ -4,16 +4,18 @@
 //! | routes | module |
 //! |---|---|
 //! | `GET /api/models`, `/api/models/{name}`, `GET /api/features` | [`config`] |
+//! | `GET\|POST /api/agents`, `GET /api/agents/check`, `GET\|PUT\|DELETE /api/agents/{name}`, `GET\|PUT /api/user-profile` | [`agents`] |
 //! | `/api/v1/auth/*` | [`crate::auth::routes`] |
 //! | `POST /api/threads/{id}/uploads`, `GET …/uploads/list`, `GET …/uploads/limits`, `DELETE …/uploads/{filename}` | [`uploads`] |
-//! | `GET /api/threads/{id}/artifacts/{path}` | [`artifacts`] |
+//! | `GET\|PUT /api/threads/{id}/artifacts/{path}` | [`artifacts`] |
 //! | `GET /api/skills`, `GET\|PUT /api/skills/{name}`, `POST /api/skills/reload` | [`skills`] |
 //! | `GET\|PUT\|PATCH /api/mcp/config`, `POST /api/mcp/cache/reset` | [`mcp`] |
 //! | `GET\|DELETE /api/memory`, `POST /api/memory/reload`, facts CRUD, export/import, config, status | [`memory`] |
 //! | `GET /api/threads/{id}/messages/page`, `GET …/token-usage`, suggestions | [`threads`] |
 //!
 //! Admin only, as in DeerFlow: skill toggles and reload, MCP config writes, MCP cache reset.
-//! Thread routes check that the caller owns the thread; memory is the caller's own.
+//! Thread routes check that the caller owns the thread; memory, custom agents and the user
+//! profile are the caller's own.
 //!
 //! `DELETE /api/threads/{id}` is the LangGraph route (mounted at `/api` as well): it answers
 //! `204` (not DeerFlow's `{success, message}`) and removes the thread's checkpoints, runs and
@@ -22,9 +24,11 @@
 //! Errors are `{"detail": …}`: 4xx for anything the caller can fix, 5xx only for failures of
 //! the server itself (logged).
 
+pub mod agents;
 pub mod artifacts;
 pub mod channels;
 pub mod config;
+pub mod files;
 pub mod mcp;
 pub mod memory;
 pub mod skills;
@@ -50,6 +54,24 @@ pub fn routes(state: &AppState) -> Routes {
         .route("/models", &[(Get, User)], get(config::models))
         .route("/models/{name}", &[(Get, User)], get(config::model))
         .route("/features", &[(Get, User)], get(config::features))
+        .route(
+            "/agents",
+            &[(Get, User), (Post, User)],
+            get(agents::list).post(agents::create),
+        )
+        .route("/agents/check", &[(Get, User)], get(agents::check))
+        .route(
+            "/agents/{name}",
+            &[(Get, User), (Put, User), (Delete, User)],
+            get(agents::get_one)
+                .put(agents::update)
+                .delete(agents::delete),
+        )
+        .route(
+            "/user-profile",
+            &[(Get, User), (Put, User)],
+            get(agents::get_profile).put(agents::put_profile),
+        )
         .route(
             "/v1/auth/setup-status",
             &[(Get, Public)],
@@ -102,8 +124,8 @@ pub fn routes(state: &AppState) -> Routes {
         )
         .route(
             "/threads/{thread_id}/artifacts/{*path}",
-            &[(Get, User)],
-            get(artifacts::get),
+            &[(Get, User), (Put, User)],
+            get(artifacts::get).put(artifacts::put),
         )
         .route("/skills", &[(Get, User)], get(skills::list))
         .route("/skills/reload", &[(Post, Admin)], post(skills::reload))

@@ -8,9 +8,9 @@
 //! `additional_kwargs.run_id` when present and `created_at` is `null`: checkpoints do not
 //! record them per message.
 //!
-//! Suggestions are not implemented (Fawn's config has no `suggestions:` section): the
-//! config says `enabled: false` and the endpoint always answers `{"suggestions": []}`, as
-//! DeerFlow does when generation is off or fails.
+//! Suggestions follow `suggestions:` (on by default, as in DeerFlow): the default model (or
+//! `model_name`) is asked for follow-up questions as a JSON array, and whatever goes wrong
+//! answers `{"suggestions": []}`, never an error.
 
 use super::thread_param;
 use crate::app::AppState;
@@ -21,6 +21,7 @@ use crate::wire::ok;
 use axum::extract::State;
 use axum::response::Response;
 use fawn_checkpoint::RunQuery;
+use fawn_llm::ChatRequest;
 use fawn_state::{Message, MessageKind, Messages, ThreadState};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -221,29 +222,172 @@ pub fn usage_of<'a>(messages: impl IntoIterator<Item = &'a Message>) -> Usage {
     u
 }
 
-/// `GET /api/suggestions/config`.
-pub async fn suggestions_config() -> Response {
-    ok(&json!({"enabled": false, "max_suggestions": 3}))
+/// `GET /api/suggestions/config`: `suggestions:` of config.yaml.
+pub async fn suggestions_config(State(app): State<AppState>) -> Response {
+    let c = &app.settings.app.suggestions;
+    ok(&json!({"enabled": c.enabled, "max_suggestions": c.max_suggestions}))
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+/// One message of a suggestions request.
+#[derive(Debug, Deserialize)]
+pub struct SuggestionMessage {
+    role: String,
+    content: String,
+}
+
+/// `POST /api/threads/{id}/suggestions` body.
+#[derive(Debug, Deserialize)]
 pub struct SuggestionsBody {
-    #[allow(dead_code)]
-    messages: Vec<Value>,
-    #[allow(dead_code)]
-    n: Option<u32>,
-    #[allow(dead_code)]
+    messages: Vec<SuggestionMessage>,
+    #[serde(default = "default_n")]
+    n: u32,
+    #[serde(default)]
     model_name: Option<String>,
 }
 
-/// `POST /api/threads/{id}/suggestions`: always `{"suggestions": []}` (generation is off).
+fn default_n() -> u32 {
+    3
+}
+
+/// Messages of a conversation given to the suggestions model (the last ones).
+const SUGGESTION_MESSAGES: usize = 20;
+/// Characters of one message given to the suggestions model.
+const SUGGESTION_MESSAGE_CHARS: usize = 4000;
+/// How long the suggestions model may take.
+const SUGGESTION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The conversation as `User: …` / `Assistant: …` lines.
+fn conversation(messages: &[SuggestionMessage]) -> String {
+    let start = messages.len().saturating_sub(SUGGESTION_MESSAGES);
+    messages[start..]
+        .iter()
+        .filter_map(|m| {
+            let text: String = m
+                .content
+                .trim()
+                .chars()
+                .take(SUGGESTION_MESSAGE_CHARS)
+                .collect();
+            if text.is_empty() {
+                return None;
+            }
+            let role = m.role.trim();
+            let who = match role.to_ascii_lowercase().as_str() {
+                "user" | "human" => "User",
+                "assistant" | "ai" => "Assistant",
+                _ => role,
+            };
+            Some(format!("{who}: {text}"))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn suggestions_prompt(n: u32) -> String {
+    format!(
+        "You suggest what the user could ask next in a conversation with an assistant.\n\
+         Read the conversation and write {n} follow-up questions the user is likely to want \
+         to ask now.\n\
+         - Each question follows from what was just discussed and moves it forward.\n\
+         - Write them in the language the user writes in.\n\
+         - Keep each one short: one sentence, about twenty words at most.\n\
+         - Answer with a JSON array of {n} strings and nothing else: no numbering, no \
+         markdown, no explanation."
+    )
+}
+
+/// The strings of the JSON array in a model's answer: `<think>` blocks and code fences are
+/// dropped, the array is the first JSON value starting at the first `[`, and only non-empty
+/// strings are kept (newlines folded). Anything else is no suggestions.
+pub fn parse_suggestions(answer: &str) -> Vec<String> {
+    let mut text = answer.to_string();
+    while let Some(start) = text.find("<think>") {
+        match text[start..].find("</think>") {
+            Some(end) => text.replace_range(start..start + end + "</think>".len(), ""),
+            None => text.truncate(start),
+        }
+    }
+    let Some(start) = text.find('[') else {
+        return Vec::new();
+    };
+    // The first JSON value from the first `[` (text after it ignored), else everything up to
+    // the last `]`.
+    let first = serde_json::Deserializer::from_str(&text[start..])
+        .into_iter::<Value>()
+        .next()
+        .and_then(Result::ok);
+    let whole = || {
+        let end = text.rfind(']').filter(|e| *e > start)?;
+        serde_json::from_str::<Value>(&text[start..=end]).ok()
+    };
+    let Some(Value::Array(items)) = first.or_else(whole) else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .filter_map(Value::as_str)
+        .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// `POST /api/threads/{id}/suggestions`: `{suggestions: [...]}`, at most `min(n,
+/// max_suggestions)`. Generation failing in any way (no model, unknown `model_name`, a
+/// model error or timeout, an answer that is not a JSON list) is logged and answers `[]`.
 pub async fn suggestions(
+    State(app): State<AppState>,
     Path(thread_id): Path<String>,
-    JsonBody(_body): JsonBody<SuggestionsBody>,
+    JsonBody(body): JsonBody<SuggestionsBody>,
 ) -> ApiResult<Response> {
-    thread_param(&thread_id)?;
-    Ok(ok(&json!({"suggestions": []})))
+    let thread_id = thread_param(&thread_id)?;
+    let none = || Ok(ok(&json!({"suggestions": []})));
+    let config = &app.settings.app.suggestions;
+    if !(1..=fawn_config::SuggestionsConfig::MAX_LIMIT).contains(&body.n) {
+        return Err(ApiError::unprocessable(format!(
+            "Invalid request body at `n`: must be between 1 and {}",
+            fawn_config::SuggestionsConfig::MAX_LIMIT
+        )));
+    }
+    if !config.enabled || body.messages.is_empty() {
+        return none();
+    }
+    let n = body.n.min(config.max_suggestions).max(1);
+    let convo = conversation(&body.messages);
+    if convo.is_empty() {
+        return none();
+    }
+    let model = match body.model_name.as_deref().filter(|m| !m.is_empty()) {
+        Some(name) => app.models.get(name),
+        None => app.models.default_model(),
+    };
+    let Some(model) = model else {
+        tracing::warn!(%thread_id, model = ?body.model_name, "no model for suggestions");
+        return none();
+    };
+    let request = ChatRequest {
+        messages: vec![
+            Message::system(suggestions_prompt(n)),
+            Message::human(format!(
+                "The conversation:\n{convo}\n\nWrite {n} follow-up questions."
+            )),
+        ]
+        .into(),
+        ..Default::default()
+    };
+    let answer = match tokio::time::timeout(SUGGESTION_TIMEOUT, model.invoke(request)).await {
+        Ok(Ok(m)) => m.text(),
+        Ok(Err(e)) => {
+            tracing::warn!(%thread_id, error = %e, "suggestions model failed");
+            return none();
+        }
+        Err(_) => {
+            tracing::warn!(%thread_id, "suggestions model timed out");
+            return none();
+        }
+    };
+    let mut list = parse_suggestions(&answer);
+    list.truncate(n as usize);
+    Ok(ok(&json!({ "suggestions": list })))
 }
 
 #[cfg(test)]
@@ -310,5 +454,55 @@ mod tests {
         assert_eq!((u.input, u.output, u.subagent), (40, 7, 7));
         assert_eq!(u.by_model["m"], (47, 2));
         assert_eq!(u.context_tokens, 32);
+    }
+
+    #[test]
+    fn suggestions_are_parsed_robustly() {
+        let p = |s: &str| parse_suggestions(s);
+        assert_eq!(p(r#"["a?", "b?"]"#), ["a?", "b?"]);
+        assert_eq!(p("```json\n[\"a?\",\n \"b?\"]\n```"), ["a?", "b?"]);
+        assert_eq!(
+            p("Sure! Here they are:\n[\"a?\"]\nHope this helps [1]."),
+            ["a?"]
+        );
+        assert_eq!(p("<think>maybe [\"x\"]</think>[\"a?\"]"), ["a?"]);
+        assert_eq!(
+            p(r#"["a", 1, null, {"q": "b"}, ["c"], "  ", "two\nlines"]"#),
+            ["a", "two lines"]
+        );
+        assert_eq!(p(r#"{"suggestions": ["a"]}"#), ["a"]);
+        for bad in [
+            "",
+            "no list here",
+            "[",
+            "]",
+            "] [",
+            "[\"unterminated",
+            "<think>[\"a\"]",
+            "[1, 2]",
+        ] {
+            assert!(p(bad).is_empty(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn conversations_keep_the_last_messages() {
+        let msgs: Vec<SuggestionMessage> = (0..25)
+            .map(|i| SuggestionMessage {
+                role: if i % 2 == 0 {
+                    "human".into()
+                } else {
+                    "AI".into()
+                },
+                content: format!(" m{i} "),
+            })
+            .chain([SuggestionMessage {
+                role: "tool".into(),
+                content: " ".into(),
+            }])
+            .collect();
+        let c = conversation(&msgs);
+        assert!(c.starts_with("User: m6\nAssistant: m7"), "{c}");
+        assert!(c.ends_with("User: m24"), "{c}");
     }
 }

@@ -15,11 +15,14 @@ backends!(
     threads_from_before_auth_go_to_the_first_admin,
 );
 
-async fn spawn_auth(db: Db) -> Option<TestApp> {
+/// A server with authentication on (and the custom-agent API, so that its routes are
+/// exercised like every other).
+pub(crate) async fn spawn_auth(db: Db) -> Option<TestApp> {
     spawn_with(Spawn {
         tweak: Some(Box::new(|o| {
             o.auth = fawn_server::auth::AuthOptions::enabled();
         })),
+        settings: Some(Box::new(|s| s.app.agents_api.enabled = true)),
         ..Spawn::new(db)
     })
     .await
@@ -27,16 +30,16 @@ async fn spawn_auth(db: Db) -> Option<TestApp> {
 
 /// How a request authenticates.
 #[derive(Clone, Debug)]
-enum Cred {
+pub(crate) enum Cred {
     Anon,
     Key(String),
     Bearer(String),
     Cookie { session: String, csrf: String },
 }
 
-struct Reply {
-    status: u16,
-    body: Value,
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    pub(crate) body: Value,
     cookies: Vec<String>,
 }
 
@@ -56,7 +59,13 @@ impl Reply {
     }
 }
 
-async fn call(app: &TestApp, cred: &Cred, method: &str, path: &str, body: Option<Value>) -> Reply {
+pub(crate) async fn call(
+    app: &TestApp,
+    cred: &Cred,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> Reply {
     call_with(app, cred, method, path, body, true).await
 }
 
@@ -140,7 +149,7 @@ async fn login(app: &TestApp, email: &str, password: &str) -> Reply {
 }
 
 /// The first admin and one plain user, each with an API key.
-async fn admin_and_users(app: &TestApp) -> (Cred, Cred, Cred) {
+pub(crate) async fn admin_and_users(app: &TestApp) -> (Cred, Cred, Cred) {
     let r = call(
         app,
         &Cred::Anon,

@@ -267,7 +267,7 @@ async fn models_features_and_auth() {
         json!({"needs_setup": false, "registration_enabled": false})
     );
     let (_, sc) = app.get_json("/api/suggestions/config").await;
-    assert_eq!(sc["enabled"], false);
+    assert_eq!(sc["enabled"], true);
     // IM channels are not implemented: the reads the UI makes on every page say so, the
     // writes answer 501 (never a 404 the UI retries).
     let (s, ch) = app.get_json("/api/channels/providers").await;

@@ -147,6 +147,9 @@ pub struct TestApp {
 /// Adjusts the options of a spawned app.
 pub type Tweak = Box<dyn FnOnce(&mut AppOptions) + Send>;
 
+/// Adjusts the settings (config.yaml) of a spawned app.
+pub type SettingsTweak = Box<dyn FnOnce(&mut Settings) + Send>;
+
 pub struct Spawn {
     pub db: Db,
     pub mock: Option<Arc<MockLlm>>,
@@ -155,6 +158,8 @@ pub struct Spawn {
     pub no_models: bool,
     /// Serve the real DeerFlow lead agent (the default graphs) instead of the test graph.
     pub lead_agent: bool,
+    /// Adjusts the settings (config.yaml) before the models are built.
+    pub settings: Option<SettingsTweak>,
 }
 
 impl Spawn {
@@ -166,6 +171,7 @@ impl Spawn {
             tweak: None,
             no_models: false,
             lead_agent: false,
+            settings: None,
         }
     }
 }
@@ -210,12 +216,15 @@ pub async fn spawn_with(spec: Spawn) -> Option<TestApp> {
     options.queue.poll_interval = Duration::from_millis(200);
     if !spec.no_models {
         settings.app.models = vec![mock_model_config(&mock)];
-        if !spec.lead_agent {
-            let models = ModelRegistry::from_config(&settings.app).expect("models");
-            options.graphs =
-                Some(Graphs::new().with(Arc::new(MiniAgent::new("lead_agent", models.clone()))));
-            options.models = Some(models);
-        }
+    }
+    if let Some(f) = spec.settings {
+        f(&mut settings);
+    }
+    if !spec.no_models && !spec.lead_agent {
+        let models = ModelRegistry::from_config(&settings.app).expect("models");
+        options.graphs =
+            Some(Graphs::new().with(Arc::new(MiniAgent::new("lead_agent", models.clone()))));
+        options.models = Some(models);
     }
     if let Some(t) = spec.tweak {
         t(&mut options);

@@ -30,6 +30,7 @@ mod auth;
 mod bad_input;
 mod crons;
 mod gateway;
+mod gateway_agents;
 mod lead_agent;
 mod meta;
 mod nodes;
