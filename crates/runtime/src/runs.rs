@@ -197,14 +197,27 @@ pub fn publish_metadata(log: &RunLog, run_id: &str, thread_id: &str, attempt: u3
     log.publish("metadata", Bytes::from(data));
 }
 
+/// A run created here that this node did not claim at once may execute on another node
+/// sharing the database: its creator's stream and `/wait` here follow it from there (the
+/// relay stops as soon as the run executes here after all).
+fn follow_if_shared(rt: &Rt, run: &Run) {
+    if rt.store.backend() != "postgres" {
+        return;
+    }
+    if let Some(log) = rt.broker.get(&run.run_id) {
+        relay_remote_run(rt, run, log);
+    }
+}
+
 /// Hands a freshly created run to the queue: claimed and executed here at once when it is
-/// due and its thread is free, otherwise left for the dispatcher.
+/// due and its thread is free, otherwise left for the dispatcher (of any node).
 pub fn submit(rt: &Rt, run: &Run, after_seconds: f64) {
     let q = &rt.queue;
     if q.stopping.is_cancelled() {
         return;
     }
     if after_seconds > 0.0 {
+        follow_if_shared(rt, run);
         let rt2 = rt.clone();
         let delay = Duration::from_secs_f64(after_seconds);
         q.spawn(async move {
@@ -214,13 +227,15 @@ pub fn submit(rt: &Rt, run: &Run, after_seconds: f64) {
         return;
     }
     let Ok(permit) = q.permits.clone().try_acquire_owned() else {
+        follow_if_shared(rt, run);
         q.note_pending();
         return;
     };
     let rt2 = rt.clone();
-    let run_id = run.run_id.clone();
+    let created = run.clone();
     q.spawn(async move {
         let lease = rt2.queue.cfg.lease;
+        let run_id = created.run_id.clone();
         match rt2
             .store
             .claim_run(&run_id, &rt2.queue.worker_id, lease)
@@ -229,11 +244,13 @@ pub fn submit(rt: &Rt, run: &Run, after_seconds: f64) {
             Ok(Some(run)) => execute(rt2, run, permit).await,
             Ok(None) => {
                 drop(permit);
+                follow_if_shared(&rt2, &created);
                 rt2.queue.note_pending();
             }
             Err(e) => {
                 drop(permit);
                 tracing::warn!(%run_id, error = %e, "claiming a new run failed");
+                follow_if_shared(&rt2, &created);
                 rt2.queue.note_pending();
             }
         }
@@ -1007,8 +1024,8 @@ pub fn relay_remote_run(rt: &Rt, run: &Run, log: Arc<RunLog>) {
             match current {
                 Ok(Some(r)) if r.status.is_active() => {}
                 _ => {
-                    let body = cp.map(|c| Bytes::from(state_value(&c.state).to_string()));
-                    rt.broker.finish(&run.run_id, body);
+                    // No final body: `/wait` here builds it from the stored outcome.
+                    rt.broker.finish(&run.run_id, None);
                     return;
                 }
             }

@@ -1,0 +1,311 @@
+//! Several `fawn serve` nodes on one Postgres (release builds, child processes), with and
+//! without the Redis event bus:
+//!
+//! 1. **Cross-node delivery**: a run streams 300 token chunks on node A (its creator's
+//!    stream) while a client joined on node B reads the same run; for every event both
+//!    receive, B's arrival minus A's is the bus's added latency (p50/p99).
+//! 2. **Throughput**: `--runs` short runs (`/runs/wait` on fresh threads) from 16 concurrent
+//!    clients spread round-robin over 1, 2 and 3 nodes: runs/s and the nodes' CPU per run
+//!    (utime + stime from `/proc`). This box has 2 cores, so more nodes share the same CPU;
+//!    the figure that matters is CPU per run, and what the bus adds to it.
+//!
+//! ```sh
+//! cargo build --release -p fawn -p fawn-testkit -p fawn-bench
+//! TEST_DATABASE_URL=postgres://postgres@127.0.0.1:5432/test target/release/nodes [--runs N]
+//! ```
+
+use anyhow::{Context, Result, bail};
+use futures::StreamExt;
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn bin(name: &str) -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let p = exe.parent().context("no exe dir")?.join(name);
+    if !p.exists() {
+        bail!(
+            "{} not found; build it first: cargo build --release -p fawn -p fawn-testkit",
+            p.display()
+        );
+    }
+    Ok(p)
+}
+
+fn cpu_ms(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let rest = stat.rsplit_once(')').context("stat")?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Ok((f[11].parse::<f64>()? + f[12].parse::<f64>()?) * 10.0)
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn start_mock() -> Result<(Proc, String)> {
+    let mut child = Command::new(bin("fawn-mock-llm")?)
+        .args(["--port", "0", "--mode", "directives"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting fawn-mock-llm")?;
+    let out = child.stdout.take().context("mock stdout")?;
+    let mut line = String::new();
+    BufReader::new(out).read_line(&mut line)?;
+    let url = line
+        .split_whitespace()
+        .last()
+        .context("mock did not print its URL")?
+        .to_string();
+    Ok((Proc(child), url))
+}
+
+struct Node {
+    proc: Proc,
+    url: String,
+}
+
+async fn start_node(
+    dir: &Path,
+    i: usize,
+    mock: &str,
+    db_url: &str,
+    schema: &str,
+    redis: bool,
+) -> Result<Node> {
+    let config = dir.join(format!("config{i}.yaml"));
+    std::fs::write(
+        &config,
+        format!(
+            "models:\n  - name: mock\n    use: langchain_openai:ChatOpenAI\n    model: fawn-mock\n    \
+             base_url: {mock}\n    api_key: bench\n    max_retries: 0\ntitle:\n  enabled: false\n\
+             memory:\n  enabled: false\ndatabase:\n  backend: postgres\n  url: {db_url}\n  \
+             postgres_schema: {schema}\n"
+        ),
+    )?;
+    let port = free_port()?;
+    let mut cmd = Command::new(bin("fawn")?);
+    cmd.args([
+        "serve",
+        "--no-auth",
+        "--port",
+        &port.to_string(),
+        "--config",
+    ])
+    .arg(&config)
+    .env("FAWN_HOME", dir.join(format!("home{i}")))
+    .env("RUST_LOG", "error")
+    .env_remove("DATABASE_URL")
+    .env_remove("REDIS_URL")
+    .stdout(Stdio::null())
+    .stderr(Stdio::inherit());
+    if redis {
+        cmd.env(
+            "REDIS_URL",
+            std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
+        );
+    }
+    let node = Node {
+        proc: Proc(cmd.spawn().context("starting fawn serve")?),
+        url: format!("http://127.0.0.1:{port}"),
+    };
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while client.get(format!("{}/ok", node.url)).send().await.is_err() {
+        if Instant::now() > deadline {
+            bail!("node {i} did not start");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(node)
+}
+
+fn directive(text: &str, delay_ms: u64) -> serde_json::Value {
+    let d = serde_json::json!({"text": text, "delay_ms": delay_ms});
+    serde_json::json!({"messages": [{"role": "user", "content": format!("@mock {d}")}]})
+}
+
+/// Reads an SSE body, recording when each event id arrived.
+async fn arrivals(resp: reqwest::Response) -> Result<HashMap<String, Instant>> {
+    let mut out = HashMap::new();
+    let mut stream = resp.bytes_stream();
+    let mut buf = String::new();
+    while let Some(chunk) = stream.next().await {
+        let now = Instant::now();
+        buf.push_str(&String::from_utf8_lossy(&chunk?));
+        while let Some(end) = buf.find("\n\n") {
+            let frame: String = buf.drain(..end + 2).collect();
+            let id = frame.lines().find_map(|l| l.strip_prefix("id: "));
+            let messages = frame.lines().any(|l| l == "event: messages");
+            if let (Some(id), true) = (id, messages) {
+                out.entry(id.to_string()).or_insert(now);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+async fn cross_node(a: &Node, b: &Node) -> Result<Vec<f64>> {
+    let client = reqwest::Client::new();
+    let mut all = Vec::new();
+    for _ in 0..3 {
+        let t: serde_json::Value = client
+            .post(format!("{}/threads", a.url))
+            .json(&serde_json::json!({}))
+            .send()
+            .await?
+            .json()
+            .await?;
+        let tid = t["thread_id"].as_str().context("thread id")?.to_string();
+        let text: String = (0..300).map(|i| format!("w{i} ")).collect();
+        let created = client
+            .post(format!("{}/threads/{tid}/runs/stream", a.url))
+            .json(&serde_json::json!({
+                "assistant_id": "lead_agent", "input": directive(&text, 10),
+                "stream_mode": ["messages-tuple"], "stream_resumable": true}))
+            .send()
+            .await?;
+        let rid = created
+            .headers()
+            .get("content-location")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.rsplit('/').next())
+            .context("run id")?
+            .to_string();
+        let joined = client
+            .get(format!("{}/threads/{tid}/runs/{rid}/stream", b.url))
+            .header("last-event-id", "-1")
+            .send()
+            .await?;
+        let (on_a, on_b) = tokio::join!(arrivals(created), arrivals(joined));
+        let (on_a, on_b) = (on_a?, on_b?);
+        for (id, ta) in &on_a {
+            if let Some(tb) = on_b.get(id)
+                && *tb >= *ta
+            {
+                all.push((*tb - *ta).as_secs_f64() * 1000.0);
+            } else if on_b.contains_key(id) {
+                all.push(0.0);
+            }
+        }
+    }
+    all.sort_by(|x, y| x.total_cmp(y));
+    Ok(all)
+}
+
+async fn throughput(nodes: &[&Node], runs: usize) -> Result<(f64, f64)> {
+    let client = reqwest::Client::new();
+    let pids: Vec<u32> = nodes.iter().map(|n| n.proc.0.id()).collect();
+    let before: f64 = pids.iter().map(|p| cpu_ms(*p).unwrap_or(0.0)).sum();
+    let started = Instant::now();
+    let results: Vec<Result<()>> = futures::stream::iter(0..runs)
+        .map(|i| {
+            let client = client.clone();
+            let url = nodes[i % nodes.len()].url.clone();
+            async move {
+                let r = client
+                    .post(format!("{url}/runs/wait"))
+                    .json(&serde_json::json!({
+                        "assistant_id": "lead_agent", "input": directive("ok", 0)}))
+                    .send()
+                    .await?;
+                if !r.status().is_success() {
+                    bail!("{}", r.status());
+                }
+                r.bytes().await?;
+                Ok(())
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    for r in results {
+        r?;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let after: f64 = pids.iter().map(|p| cpu_ms(*p).unwrap_or(0.0)).sum();
+    Ok((runs as f64 / secs, (after - before) / runs as f64))
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let runs: usize = match args.iter().position(|a| a == "--runs") {
+        Some(i) => args.get(i + 1).context("--runs N")?.parse()?,
+        None => 1500,
+    };
+    let db_url = std::env::var("TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let (_mock, mock) = start_mock()?;
+    for redis in [false, true] {
+        let schema = format!("fawn_bench_nodes_{}", uuid::Uuid::new_v4().simple());
+        let dir = std::env::temp_dir().join(&schema);
+        std::fs::create_dir_all(&dir)?;
+        let mut nodes = Vec::new();
+        for i in 0..3 {
+            nodes.push(start_node(&dir, i, &mock, &db_url, &schema, redis).await?);
+        }
+        let label = if redis {
+            "Postgres + Redis"
+        } else {
+            "Postgres only"
+        };
+        let lat = cross_node(&nodes[0], &nodes[1]).await?;
+        println!(
+            "{label}: cross-node token delivery (joined on B vs creator on A), {} events: \
+             p50 {:.2} ms, p99 {:.2} ms{}",
+            lat.len(),
+            pct(&lat, 0.5),
+            pct(&lat, 0.99),
+            if redis {
+                ""
+            } else {
+                " (without a bus B gets steps, not tokens)"
+            }
+        );
+        for n in 1..=3 {
+            let set: Vec<&Node> = nodes.iter().take(n).collect();
+            // Warm up, then measure.
+            throughput(&set, 100).await?;
+            let (rps, cpu) = throughput(&set, runs).await?;
+            println!(
+                "{label}: {n} node(s), {runs} runs, c=16: {rps:.1} runs/s, {cpu:.2} ms CPU/run (all nodes)"
+            );
+        }
+        drop(nodes);
+        let _ = std::fs::remove_dir_all(&dir);
+        if let Ok(mut conn) = {
+            use sqlx::Connection;
+            sqlx::PgConnection::connect(&db_url).await
+        } {
+            let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+            )))
+            .execute(&mut conn)
+            .await;
+        }
+    }
+    Ok(())
+}
