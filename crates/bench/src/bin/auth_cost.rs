@@ -11,47 +11,11 @@
 //! ```
 
 use anyhow::{Context, Result, bail};
+use fawn_bench::{Proc, bin, cpu_ms, free_port};
 use futures::StreamExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn bin(name: &str) -> Result<PathBuf> {
-    let exe = std::env::current_exe()?;
-    let p = exe.parent().context("no exe dir")?.join(name);
-    if !p.exists() {
-        bail!(
-            "{} not found; build it first: cargo build --release -p fawn",
-            p.display()
-        );
-    }
-    Ok(p)
-}
-
-/// utime + stime of a process, in milliseconds.
-fn cpu_ms(pid: u32) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let rest = stat.rsplit_once(')').context("stat")?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let utime: f64 = f[11].parse()?;
-    let stime: f64 = f[12].parse()?;
-    Ok((utime + stime) * 10.0)
-}
-
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
 
 struct Server {
     proc: Proc,

@@ -15,46 +15,13 @@
 //! ```
 
 use anyhow::{Context, Result, bail};
+use fawn_bench::{Proc, bin, cpu_ms, free_port};
 use futures::StreamExt;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn bin(name: &str) -> Result<PathBuf> {
-    let exe = std::env::current_exe()?;
-    let p = exe.parent().context("no exe dir")?.join(name);
-    if !p.exists() {
-        bail!(
-            "{} not found; build it first: cargo build --release -p fawn -p fawn-testkit",
-            p.display()
-        );
-    }
-    Ok(p)
-}
-
-fn cpu_ms(pid: u32) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let rest = stat.rsplit_once(')').context("stat")?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Ok((f[11].parse::<f64>()? + f[12].parse::<f64>()?) * 10.0)
-}
-
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
 
 fn start_mock() -> Result<(Proc, String)> {
     let mut child = Command::new(bin("fawn-mock-llm")?)

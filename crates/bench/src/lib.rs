@@ -1,0 +1,48 @@
+//! Helpers the benchmark binaries share: finding the sibling release binaries, child
+//! processes that die with the benchmark, a process's CPU time, free ports. Benchmarks
+//! drive Fawn from outside (HTTP, `/proc`); they never reach into its crates' internals.
+
+use anyhow::{Context, Result, bail};
+use std::path::PathBuf;
+use std::process::Child;
+
+/// A child process killed (and reaped) when dropped.
+#[derive(Debug)]
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A binary built next to the running benchmark (`target/release/NAME`).
+pub fn bin(name: &str) -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let p = exe.parent().context("no exe dir")?.join(name);
+    if !p.exists() {
+        bail!(
+            "{} not found; build it first: cargo build --release -p fawn -p fawn-testkit",
+            p.display()
+        );
+    }
+    Ok(p)
+}
+
+/// utime + stime of a process, in milliseconds.
+pub fn cpu_ms(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let rest = stat.rsplit_once(')').context("stat")?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = f.get(11).context("stat utime")?.parse()?;
+    let stime: f64 = f.get(12).context("stat stime")?.parse()?;
+    Ok((utime + stime) * 10.0)
+}
+
+/// A port free on 127.0.0.1 right now.
+pub fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
