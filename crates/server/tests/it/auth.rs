@@ -530,19 +530,11 @@ async fn alice_resources(app: &TestApp, alice: &Cred) -> Ids {
     assert_eq!(r.status, 200, "{}", r.body);
     let run = r.body["run_id"].as_str().unwrap().to_string();
     let path = format!("/threads/{thread}/runs/{run}");
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
+    app.eventually("the run finished", || async {
         let r = call(app, alice, "GET", &path, None).await;
-        if !matches!(r.body["status"].as_str(), Some("pending" | "running")) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "run did not finish: {}",
-            r.body
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+        !matches!(r.body["status"].as_str(), Some("pending" | "running"))
+    })
+    .await;
     let c = call(
         app,
         alice,

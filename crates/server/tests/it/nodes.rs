@@ -14,11 +14,15 @@ fn slow_text(words: usize, delay_ms: u64) -> Turn {
 
 /// Node A, and node B on the same database and mock model, each with `lease`.
 async fn two_nodes(lease: Duration) -> Option<(TestApp, TestApp)> {
-    let tweak = move |o: &mut fawn_server::AppOptions| {
-        o.queue.lease = lease;
-    };
+    nodes_with(move |o| o.queue.lease = lease).await
+}
+
+/// Node A and node B on one database and mock model, each tweaked by `tweak`.
+async fn nodes_with(
+    tweak: impl Fn(&mut fawn_server::AppOptions) + Clone + Send + 'static,
+) -> Option<(TestApp, TestApp)> {
     let a = spawn_with(Spawn {
-        tweak: Some(Box::new(tweak)),
+        tweak: Some(Box::new(tweak.clone())),
         ..Spawn::new(Db::Postgres)
     })
     .await?;
@@ -165,29 +169,11 @@ async fn a_run_joined_on_another_node_streams_its_steps() {
     b.stop().await;
 }
 
-/// Node A and node B on one Postgres and one Redis (a fresh key space per test is not
-/// needed: streams are named by run id).
+/// Node A and node B on one Postgres and one Redis (streams are named by run id, so tests
+/// need no key space of their own).
 async fn two_nodes_with_redis() -> Option<(TestApp, TestApp)> {
     let url = std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let tweak = {
-        let url = url.clone();
-        move |o: &mut fawn_server::AppOptions| {
-            o.redis_url = Some(url.clone());
-        }
-    };
-    let a = spawn_with(Spawn {
-        tweak: Some(Box::new(tweak.clone())),
-        ..Spawn::new(Db::Postgres)
-    })
-    .await?;
-    let b = spawn_with(Spawn {
-        existing_db: Some(a.db.clone()),
-        mock: Some(a.mock.clone()),
-        tweak: Some(Box::new(tweak)),
-        ..Spawn::new(Db::Postgres)
-    })
-    .await?;
-    Some((a, b))
+    nodes_with(move |o| o.redis_url = Some(url.clone())).await
 }
 
 /// With Redis, a run joined on the other node streams exactly what the executing node's

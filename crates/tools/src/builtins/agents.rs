@@ -93,8 +93,13 @@ fn temp_sibling(path: &Path) -> std::io::Result<PathBuf> {
     Ok(dir.join(format!(".{name}.{}.{nanos}.{n}.tmp", std::process::id())))
 }
 
-/// Two files replaced together: both temporaries are written before either is renamed.
-async fn write_pair(files: &[(PathBuf, Vec<u8>)]) -> std::io::Result<()> {
+/// Replaces files on the host atomically (a custom agent's `config.yaml` and `SOUL.md`,
+/// `USER.md`): each is written to a hidden temporary sibling and synced, and only when every
+/// one is written are they renamed over their targets, so a reader sees the old content or
+/// the new, never half a file, and a failure while writing changes nothing (its temporaries
+/// are removed). The renames are one after another: a crash between two leaves the first
+/// file new and the second old, as DeerFlow's file store does.
+pub async fn replace_files(files: &[(PathBuf, Vec<u8>)]) -> std::io::Result<()> {
     let mut staged: Vec<(PathBuf, PathBuf)> = Vec::new();
     let mut result = Ok(());
     for (path, bytes) in files {
@@ -208,7 +213,7 @@ impl SetupAgentTool {
         let config_text = yaml(&config)?;
         let written = async {
             tokio::fs::create_dir_all(&dir).await?;
-            write_pair(&[
+            replace_files(&[
                 (dir.join(AGENT_CONFIG_FILE), config_text.into_bytes()),
                 (dir.join(AGENT_SOUL_FILE), args.soul.clone().into_bytes()),
             ])
@@ -453,7 +458,7 @@ impl UpdateAgentTool {
             let (path, bytes) = &files[0];
             write_atomically(path, bytes).await
         } else {
-            write_pair(&files).await
+            replace_files(&files).await
         }
         .map_err(|e| format!("Failed to update agent '{name}': {}", e.kind()))?;
         tracing::info!(agent = %name, user = %self.user_id, fields = ?changed, "custom agent updated");
@@ -493,6 +498,30 @@ impl Tool for UpdateAgentTool {
 
 #[cfg(test)]
 mod tests {
+
+    #[tokio::test]
+    async fn replaces_and_leaves_no_temporaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a");
+        let b = dir.path().join("b");
+        std::fs::write(&a, "old").unwrap();
+        replace_files(&[(a.clone(), b"new".to_vec()), (b.clone(), b"bee".to_vec())])
+            .await
+            .unwrap();
+        assert_eq!(std::fs::read_to_string(&a).unwrap(), "new");
+        assert_eq!(std::fs::read_to_string(&b).unwrap(), "bee");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+        // A target whose directory is missing: nothing changes, nothing is left behind.
+        let c = dir.path().join("missing").join("c");
+        assert!(
+            replace_files(&[(a.clone(), b"x".to_vec()), (c, b"y".to_vec())])
+                .await
+                .is_err()
+        );
+        assert_eq!(std::fs::read_to_string(&a).unwrap(), "new");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
+
     use super::*;
     use serde_json::json;
 

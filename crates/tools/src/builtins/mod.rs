@@ -15,7 +15,7 @@ mod view_image;
 
 pub use agents::{
     AGENT_CONFIG_FILE, AGENT_SOUL_FILE, SetupAgentArgs, SetupAgentTool, UpdateAgentArgs,
-    UpdateAgentTool, agent_dir, normalize_agent_name,
+    UpdateAgentTool, agent_dir, normalize_agent_name, replace_files,
 };
 pub use clarification::{
     AskClarificationArgs, AskClarificationTool, CLARIFICATION_PLACEHOLDER, ClarificationField,
