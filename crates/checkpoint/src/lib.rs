@@ -318,16 +318,35 @@ pub trait Persistence:
     /// Waits for in-flight statements and closes the connections (graceful shutdown).
     /// Every later call fails with [`StoreError::Database`].
     async fn close(&self);
-    /// Cancellation requests for running runs, as any process makes them: `(run_id,
-    /// action)`. `None` when the backend has no push channel (SQLite, which one process
-    /// serves); heartbeats carry cancellations either way, this only makes them prompt.
-    async fn cancel_signals(&self) -> Option<CancelSignals> {
+    /// What other processes sharing the store announce: cancellation requests for running
+    /// runs and progress of the runs they execute. `None` when the backend has no push
+    /// channel (SQLite, which one process serves); heartbeats carry cancellations and relays
+    /// poll either way, this only makes them prompt.
+    async fn signals(&self) -> Option<Signals> {
         None
+    }
+    /// Tells every process listening to [`Persistence::signals`] that these runs made
+    /// progress (a step persisted, or the run ended). A no-op without a push channel.
+    async fn announce_progress(&self, run_ids: &[String]) -> Result<()> {
+        let _ = run_ids;
+        Ok(())
     }
 }
 
-/// A stream of `(run_id, action)` cancellation requests.
-pub type CancelSignals = futures::stream::BoxStream<'static, (String, CancelAction)>;
+/// A signal from another process sharing the store.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Signal {
+    /// Stop this running run.
+    Cancel {
+        run_id: String,
+        action: CancelAction,
+    },
+    /// This run persisted a step or ended: relays of it should look again.
+    Progress { run_id: String },
+}
+
+/// A stream of [`Signal`]s.
+pub type Signals = futures::stream::BoxStream<'static, Signal>;
 
 /// How to open a backend.
 #[derive(Clone, Debug, PartialEq)]

@@ -18,7 +18,7 @@ use crate::webhook;
 use bytes::Bytes;
 use fawn_agent::{PendingTask, RunObserver, RunOutcome, RunSpec, StartPoint};
 use fawn_checkpoint::{
-    CancelAction, CancelTarget, Checkpoint, JsonMap, Run, RunFinish, RunStatus, StoreError,
+    CancelAction, CancelTarget, Checkpoint, JsonMap, Run, RunFinish, RunStatus, Signal, StoreError,
     ThreadSummary,
 };
 use futures::FutureExt;
@@ -93,6 +93,9 @@ pub struct QueueConfig {
     pub max_concurrent_runs: usize,
     pub poll_interval: Duration,
     pub shutdown_grace: Duration,
+    /// Postgres without Redis: how often a node relaying a run that another node executes
+    /// looks at the store when no progress notification woke it (see [`crate::bus::postgres`]).
+    pub relay_poll: Duration,
 }
 
 impl Default for QueueConfig {
@@ -106,6 +109,7 @@ impl Default for QueueConfig {
             max_concurrent_runs: 256,
             poll_interval: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(10),
+            relay_poll: crate::bus::postgres::FALLBACK_POLL,
         }
     }
 }
@@ -198,14 +202,11 @@ pub fn publish_metadata(log: &RunLog, run_id: &str, thread_id: &str, attempt: u3
 }
 
 /// A run created here that this node did not claim at once may execute on another node
-/// sharing the database: its creator's stream and `/wait` here follow it from there (the
-/// relay stops as soon as the run executes here after all).
+/// sharing the store: its creator's stream and `/wait` here follow it through the event bus
+/// (which stops as soon as the run executes here after all; a no-op on a single node).
 fn follow_if_shared(rt: &Rt, run: &Run) {
-    if rt.store.backend() != "postgres" {
-        return;
-    }
     if let Some(log) = rt.broker.get(&run.run_id) {
-        relay_remote_run(rt, run, log);
+        rt.bus().follow(rt, run, log);
     }
 }
 
@@ -514,10 +515,12 @@ async fn run_attempt(rt: &Rt, run: &Run, active: &Arc<ActiveRun>) {
         Err(e) => (RunKwargs::default(), Some(e)),
     };
     let log = rt.broker.open(&run.run_id, &run.thread_id, kw.resumable);
-    if let Some(bus) = rt.bus.get() {
-        // Executed here: other nodes' joiners read it from the bus.
-        bus.unfollow(&run.run_id);
-        log.mirror_to(bus.mirror());
+    // Executed here: stop relaying it from elsewhere; other nodes' joiners read it from
+    // the bus.
+    let bus = rt.bus();
+    bus.unfollow(&run.run_id);
+    if let Some(mirror) = bus.mirror() {
+        log.mirror_to(mirror);
     }
     if log.begin_attempt(attempt) {
         publish_metadata(&log, &run.run_id, &run.thread_id, attempt);
@@ -595,12 +598,12 @@ async fn run_attempt(rt: &Rt, run: &Run, active: &Arc<ActiveRun>) {
     complete(rt, run, &kw, &log, &observer, outcome, active, started_at).await;
 }
 
-fn state_value(state: &fawn_state::ThreadState) -> Value {
+pub(crate) fn state_value(state: &fawn_state::ThreadState) -> Value {
     serde_json::to_value(state).unwrap_or_else(|_| Value::Object(Map::new()))
 }
 
 /// The thread's latest checkpoint (for summaries when the run wrote none).
-async fn latest_checkpoint(rt: &Rt, thread_id: &str) -> Option<Checkpoint> {
+pub(crate) async fn latest_checkpoint(rt: &Rt, thread_id: &str) -> Option<Checkpoint> {
     rt.store
         .get_checkpoint(thread_id, "", None)
         .await
@@ -863,9 +866,10 @@ async fn cleanup_temporary(rt: &Rt, run: &Run, temporary: bool) {
     crate::threads::delete_thread_files(rt, &run.thread_id).await;
 }
 
-/// Stops the runs executing here that another process was asked to cancel, as soon as the
-/// store announces it (Postgres `NOTIFY`), instead of at the next heartbeat.
-pub async fn follow_cancel_signals(rt: Rt, mut signals: fawn_checkpoint::CancelSignals) {
+/// Acts on what other processes announce through the store (Postgres `NOTIFY`): stops the
+/// runs executing here that one was asked to cancel, at once instead of at the next
+/// heartbeat, and wakes the relays of runs that made progress.
+pub async fn follow_signals(rt: Rt, mut signals: fawn_checkpoint::Signals) {
     use futures::StreamExt;
     loop {
         // Ends with the runtime, so the listening connection goes back before the pool
@@ -874,10 +878,15 @@ pub async fn follow_cancel_signals(rt: Rt, mut signals: fawn_checkpoint::CancelS
             _ = rt.shutdown.cancelled() => return,
             next = signals.next() => next,
         };
-        let Some((run_id, action)) = next else { return };
-        if let Some(a) = rt.queue.active(&run_id) {
-            tracing::debug!(%run_id, "cancelled from another process");
-            a.stop(StopReason::Cancel(action));
+        match next {
+            None => return,
+            Some(Signal::Cancel { run_id, action }) => {
+                if let Some(a) = rt.queue.active(&run_id) {
+                    tracing::debug!(%run_id, "cancelled from another process");
+                    a.stop(StopReason::Cancel(action));
+                }
+            }
+            Some(Signal::Progress { run_id }) => rt.bus().progress(&run_id),
         }
     }
 }
@@ -986,53 +995,8 @@ pub async fn shutdown(rt: &crate::Runtime) {
     }
 }
 
-/// How often a relay looks at a run another node executes.
-const RELAY_PERIOD: Duration = Duration::from_millis(100);
-
-/// Feeds the local log of a run that another node executes, for the joiners on this node:
-/// its `metadata` event, then a `values` event each time the run persisted a new checkpoint
-/// (step granularity: token chunks and custom events stay on the executing node), and the
-/// end of the stream once the run is finished. It reads the shared database every
-/// [`RELAY_PERIOD`] while it lives (it lives only while a run is joined from another node),
-/// and stops as soon as the run executes here instead (the local observer publishes then).
+/// Feeds the local log of a run that another node executes (or will), for the joiners on
+/// this node, through the event bus (see [`crate::bus`]).
 pub fn relay_remote_run(rt: &Rt, run: &Run, log: Arc<RunLog>) {
-    if let Some(bus) = rt.bus.get() {
-        bus.follow(&run.run_id, log);
-        return;
-    }
-    let rt2 = rt.clone();
-    let run = run.clone();
-    rt.queue.spawn(async move {
-        let rt = rt2;
-        if log.begin_attempt(run.attempt.max(1)) {
-            publish_metadata(&log, &run.run_id, &run.thread_id, run.attempt.max(1));
-        }
-        let mut last: Option<String> = None;
-        loop {
-            if rt.queue.active(&run.run_id).is_some() {
-                return;
-            }
-            let current = rt.store.get_run(&run.run_id).await;
-            let cp = latest_checkpoint(&rt, &run.thread_id).await;
-            if let Some(cp) = &cp
-                && last.as_deref() != Some(cp.checkpoint_id.as_str())
-                && cp.metadata.get("run_id").and_then(Value::as_str) == Some(run.run_id.as_str())
-            {
-                last = Some(cp.checkpoint_id.clone());
-                log.publish("values", Bytes::from(state_value(&cp.state).to_string()));
-            }
-            match current {
-                Ok(Some(r)) if r.status.is_active() => {}
-                _ => {
-                    // No final body: `/wait` here builds it from the stored outcome.
-                    rt.broker.finish(&run.run_id, None);
-                    return;
-                }
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(RELAY_PERIOD) => {}
-                _ = rt.shutdown.cancelled() => return,
-            }
-        }
-    });
+    rt.bus().follow(rt, run, log);
 }

@@ -4,6 +4,7 @@
 //! (dispatcher, reaper, sweeper, cron scheduler). [`Runtime::stop`] stops them gracefully.
 
 use crate::broker::{Broker, BrokerConfig};
+use crate::bus::EventBus;
 use crate::graphs::{Graphs, system_assistant_id};
 use crate::hooks::Hooks;
 use crate::runs::{Queue, QueueConfig};
@@ -123,8 +124,8 @@ pub struct Runtime {
     pub shutdown: CancellationToken,
     /// Assistants read by run creation, kept briefly (see [`Runtime::assistant`]).
     assistants: RwLock<HashMap<String, (Assistant, Instant)>>,
-    /// The event bus between nodes, when Redis is configured.
-    pub bus: OnceLock<Arc<crate::bus::RedisBus>>,
+    /// The event bus between nodes (see [`crate::bus`]), set while the runtime is built.
+    bus: OnceLock<Arc<dyn EventBus>>,
 }
 
 /// The runtime as its tasks and callers hold it.
@@ -289,17 +290,28 @@ impl Runtime {
             assistants: RwLock::new(HashMap::new()),
             bus: OnceLock::new(),
         });
-        if let Some(url) = options
+        let mut pg_bus = None;
+        let bus: Arc<dyn EventBus> = match options
             .redis_url
             .as_deref()
             .filter(|u| !u.trim().is_empty())
         {
-            let bus = crate::bus::RedisBus::connect(url, &rt)
+            Some(url) => crate::bus::redis::RedisBus::connect(url, &rt)
                 .await
-                .map_err(|e| BuildError::Bus(e.to_string()))?;
-            let _ = rt.bus.set(bus);
-            tracing::info!("event bus: Redis Streams");
-        }
+                .map_err(|e| BuildError::Bus(e.to_string()))?,
+            None if rt.store.backend() == "postgres" => {
+                let b = crate::bus::postgres::PgBus::start(
+                    rt.store.clone(),
+                    rt.shutdown.clone(),
+                    rt.queue.cfg.relay_poll,
+                );
+                pg_bus = Some(b.clone());
+                b
+            }
+            None => Arc::new(crate::bus::LocalBus),
+        };
+        tracing::info!(bus = bus.kind(), "event bus");
+        let _ = rt.bus.set(bus);
         if let Some(addr) = options.local_addr {
             let _ = rt.local_addr.set(addr);
         }
@@ -318,11 +330,22 @@ impl Runtime {
         q.spawn(crate::runs::reaper(rt.clone()));
         q.spawn(crate::threads::sweeper(rt.clone()));
         q.spawn(crate::crons::scheduler(rt.clone()));
-        if let Some(signals) = rt.store.cancel_signals().await {
-            q.spawn(crate::runs::follow_cancel_signals(rt.clone(), signals));
+        if let Some(signals) = rt.store.signals().await {
+            if let Some(b) = &pg_bus {
+                b.set_listening(true);
+            }
+            q.spawn(crate::runs::follow_signals(rt.clone(), signals));
         }
         q.notify.notify_one();
         Ok(rt)
+    }
+
+    /// The event bus between nodes.
+    pub fn bus(&self) -> &dyn EventBus {
+        match self.bus.get() {
+            Some(b) => b.as_ref(),
+            None => &crate::bus::LocalBus,
+        }
     }
 
     pub fn now(&self) -> DateTime<Utc> {

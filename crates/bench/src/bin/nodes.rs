@@ -8,6 +8,11 @@
 //!    clients spread round-robin over 1, 2 and 3 nodes: runs/s and the nodes' CPU per run
 //!    (utime + stime from `/proc`). This box has 2 cores, so more nodes share the same CPU;
 //!    the figure that matters is CPU per run, and what the bus adds to it.
+//! 3. **Cancel across nodes**: a long run created on node A (which claims it at once) is
+//!    cancelled with `cancel?wait=true` on node B; the time that request takes, p50/max.
+//! 4. **Takeover**: a long run executes on node C; C is killed (SIGKILL); the time until
+//!    another node holds the run (its `owner` in the shared `runs` table changes), with the
+//!    default `run_ownership` (10 s lease).
 //!
 //! ```sh
 //! cargo build --release -p fawn -p fawn-testkit -p fawn-bench
@@ -216,6 +221,137 @@ async fn throughput(nodes: &[&Node], runs: usize) -> Result<(f64, f64)> {
     Ok((runs as f64 / secs, (after - before) / runs as f64))
 }
 
+async fn pg(db_url: &str) -> Result<sqlx::PgConnection> {
+    use sqlx::Connection;
+    Ok(sqlx::PgConnection::connect(db_url).await?)
+}
+
+/// `(status, owner)` of a run, read from the shared database.
+async fn run_row(
+    con: &mut sqlx::PgConnection,
+    schema: &str,
+    run_id: &str,
+) -> Result<(String, Option<String>)> {
+    let q = format!("SELECT status, owner FROM \"{schema}\".runs WHERE run_id = $1");
+    let row: (String, Option<String>) = sqlx::query_as(sqlx::AssertSqlSafe(q))
+        .bind(run_id)
+        .fetch_one(con)
+        .await?;
+    Ok(row)
+}
+
+/// Creates a long run on `node`; returns (thread, run) once the database shows it running.
+async fn long_run(
+    node: &Node,
+    con: &mut sqlx::PgConnection,
+    schema: &str,
+) -> Result<(String, String, String)> {
+    let client = reqwest::Client::new();
+    let t: serde_json::Value = client
+        .post(format!("{}/threads", node.url))
+        .json(&serde_json::json!({}))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let tid = t["thread_id"].as_str().context("thread id")?.to_string();
+    let text: String = (0..3000).map(|i| format!("w{i} ")).collect();
+    let run: serde_json::Value = client
+        .post(format!("{}/threads/{tid}/runs", node.url))
+        .json(&serde_json::json!({"assistant_id": "lead_agent", "input": directive(&text, 10)}))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let rid = run["run_id"].as_str().context("run id")?.to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let (status, Some(owner)) = run_row(con, schema, &rid).await?
+            && status == "running"
+        {
+            return Ok((tid, rid, owner));
+        }
+        if Instant::now() > deadline {
+            bail!("run {rid} did not start");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// `cancel?wait=true` on B of runs executing on A: milliseconds per request.
+async fn cancels(a: &Node, b: &Node, db_url: &str, schema: &str) -> Result<Vec<f64>> {
+    let client = reqwest::Client::new();
+    let mut con = pg(db_url).await?;
+    let mut out = Vec::new();
+    for _ in 0..10 {
+        let (tid, rid, _) = long_run(a, &mut con, schema).await?;
+        // Let the model start streaming.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let t0 = Instant::now();
+        let r = client
+            .post(format!(
+                "{}/threads/{tid}/runs/{rid}/cancel?wait=true",
+                b.url
+            ))
+            .send()
+            .await?;
+        let ms = t0.elapsed().as_secs_f64() * 1000.0;
+        if !r.status().is_success() {
+            bail!("cancel: {}", r.status());
+        }
+        let (status, _) = run_row(&mut con, schema, &rid).await?;
+        if status != "interrupted" {
+            bail!("cancelled run ended {status}");
+        }
+        out.push(ms);
+    }
+    out.sort_by(|x, y| x.total_cmp(y));
+    Ok(out)
+}
+
+/// Kills the node executing a long run; seconds until another node holds it.
+async fn takeover(nodes: &mut [Node], victim: usize, ctx: &Ctx<'_>) -> Result<f64> {
+    let mut con = pg(ctx.db_url).await?;
+    let (tid, rid, owner) = long_run(&nodes[victim], &mut con, ctx.schema).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _ = nodes[victim].proc.0.kill();
+    let _ = nodes[victim].proc.0.wait();
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs(60);
+    let secs = loop {
+        let (status, now_owner) = run_row(&mut con, ctx.schema, &rid).await?;
+        if status != "running" && status != "pending" {
+            bail!("the run ended {status} instead of being taken over");
+        }
+        if status == "running" && now_owner.is_some_and(|o| o != owner) {
+            break t0.elapsed().as_secs_f64();
+        }
+        if Instant::now() > deadline {
+            bail!("no node took the run over within 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let survivor = &nodes[(victim + 1) % nodes.len()];
+    reqwest::Client::new()
+        .post(format!(
+            "{}/threads/{tid}/runs/{rid}/cancel?wait=true",
+            survivor.url
+        ))
+        .send()
+        .await?;
+    nodes[victim] =
+        start_node(ctx.dir, victim, ctx.mock, ctx.db_url, ctx.schema, ctx.redis).await?;
+    Ok(secs)
+}
+
+struct Ctx<'a> {
+    dir: &'a Path,
+    mock: &'a str,
+    db_url: &'a str,
+    schema: &'a str,
+    redis: bool,
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
@@ -261,12 +397,38 @@ async fn main() -> Result<()> {
                 "{label}: {n} node(s), {runs} runs, c=16: {rps:.1} runs/s, {cpu:.2} ms CPU/run (all nodes)"
             );
         }
+        let c = cancels(&nodes[0], &nodes[1], &db_url, &schema).await?;
+        println!(
+            "{label}: cancel?wait=true on B of a run executing on A, {} runs: p50 {:.1} ms, max {:.1} ms",
+            c.len(),
+            pct(&c, 0.5),
+            c.last().copied().unwrap_or(f64::NAN)
+        );
+        let ctx = Ctx {
+            dir: &dir,
+            mock: &mock,
+            db_url: &db_url,
+            schema: &schema,
+            redis,
+        };
+        let mut takeovers = Vec::new();
+        for _ in 0..3 {
+            takeovers.push(takeover(&mut nodes, 2, &ctx).await?);
+        }
+        takeovers.sort_by(|x, y| x.total_cmp(y));
+        println!(
+            "{label}: takeover after SIGKILL of the executing node (10 s lease), {} kills: \
+             {}",
+            takeovers.len(),
+            takeovers
+                .iter()
+                .map(|t| format!("{t:.1} s"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         drop(nodes);
         let _ = std::fs::remove_dir_all(&dir);
-        if let Ok(mut conn) = {
-            use sqlx::Connection;
-            sqlx::PgConnection::connect(&db_url).await
-        } {
+        if let Ok(mut conn) = pg(&db_url).await {
             let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
                 "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
             )))

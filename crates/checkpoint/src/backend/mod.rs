@@ -160,28 +160,63 @@ impl Persistence for SqlStore {
         self.cache.clear();
     }
 
-    /// Postgres: `LISTEN` on [`CANCEL_CHANNEL`] (one connection per process; it reconnects
-    /// by itself, and a notification missed meanwhile is seen at the next heartbeat).
-    async fn cancel_signals(&self) -> Option<crate::CancelSignals> {
+    /// Postgres: `LISTEN` on [`CANCEL_CHANNEL`] and [`PROGRESS_CHANNEL`] (one connection per
+    /// process; it reconnects by itself, and a notification missed meanwhile is made up for
+    /// by heartbeats and the relays' slow poll).
+    async fn signals(&self) -> Option<crate::Signals> {
         use futures::StreamExt;
         let pool = self.db.pg_pool()?;
         let mut listener = match sqlx::postgres::PgListener::connect_with(pool).await {
             Ok(l) => l,
             Err(e) => {
-                tracing::warn!(error = %e, "cannot LISTEN for cancellations; heartbeats carry them");
+                tracing::warn!(error = %e, "cannot LISTEN for other nodes' signals; heartbeats and polls carry them");
                 return None;
             }
         };
-        if let Err(e) = listener.listen(CANCEL_CHANNEL).await {
-            tracing::warn!(error = %e, "cannot LISTEN for cancellations; heartbeats carry them");
+        if let Err(e) = listener
+            .listen_all([CANCEL_CHANNEL, PROGRESS_CHANNEL])
+            .await
+        {
+            tracing::warn!(error = %e, "cannot LISTEN for other nodes' signals; heartbeats and polls carry them");
             return None;
         }
-        let stream = listener.into_stream().filter_map(|n| async move {
-            let n = n.ok()?;
-            let (run_id, action) = n.payload().rsplit_once(':')?;
-            Some((run_id.to_string(), parse_cancel_action(action)?))
-        });
+        let stream = listener
+            .into_stream()
+            .filter_map(|n| async move { parse_signal(&n.ok()?) });
         Some(stream.boxed())
+    }
+
+    /// One `NOTIFY` per run, in one statement (one round trip however many runs).
+    async fn announce_progress(&self, run_ids: &[String]) -> Result<()> {
+        let Some(pool) = self.db.pg_pool() else {
+            return Ok(());
+        };
+        if run_ids.is_empty() {
+            return Ok(());
+        }
+        sqlx::query("SELECT pg_notify($1, r) FROM unnest($2::text[]) AS r")
+            .bind(PROGRESS_CHANNEL)
+            .bind(run_ids)
+            .execute(pool)
+            .await
+            .map_err(|e| DbErr::from(e).into_store())?;
+        Ok(())
+    }
+}
+
+fn parse_signal(n: &sqlx::postgres::PgNotification) -> Option<crate::Signal> {
+    match n.channel() {
+        CANCEL_CHANNEL => {
+            let (run_id, action) = n.payload().rsplit_once(':')?;
+            Some(crate::Signal::Cancel {
+                run_id: run_id.to_string(),
+                action: parse_cancel_action(action)?,
+            })
+        }
+        PROGRESS_CHANNEL => Some(crate::Signal::Progress {
+            run_id: n.payload().to_string(),
+        }),
+        _ => None,
     }
 }
 
@@ -219,6 +254,10 @@ fn parse_multitask(s: &str) -> Option<MultitaskStrategy> {
 /// The Postgres channel cancellation requests of running runs are announced on, as
 /// `run_id:action`.
 pub(crate) const CANCEL_CHANNEL: &str = "fawn_run_cancel";
+
+/// The Postgres channel runs' progress is announced on (the run id): a node relaying a run
+/// that another node executes looks at the store again when it hears of it.
+pub(crate) const PROGRESS_CHANNEL: &str = "fawn_run_progress";
 
 pub(crate) fn cancel_action_str(a: CancelAction) -> &'static str {
     match a {

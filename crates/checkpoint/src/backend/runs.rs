@@ -637,7 +637,7 @@ impl SqlStore {
                     .await?;
                     if self.dialect() == Dialect::Postgres {
                         // Delivered at commit to every node listening (see
-                        // `cancel_signals`): the one executing the run stops it at once
+                        // `signals`): the one executing the run stops it at once
                         // instead of at its next heartbeat.
                         tx.exec(
                             Sql::new("SELECT pg_notify($1, $2)")

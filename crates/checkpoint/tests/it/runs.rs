@@ -16,6 +16,7 @@ conformance!(store:
     reaper_requeues_then_gives_up,
     cancel_semantics,
     release_run_requeues_or_ends_cancelled_runs,
+    signals_carry_cancels_and_progress,
 );
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -734,4 +735,69 @@ async fn release_run_requeues_or_ends_cancelled_runs(db: Arc<dyn Persistence>) {
         RunStatus::Interrupted
     );
     assert_eq!(status_of(&db, &a).await, ThreadStatus::Idle);
+}
+
+/// Postgres announces cancels of running runs and runs' progress to every listening
+/// process; SQLite (one process) has no push channel and announcing is a no-op.
+async fn signals_carry_cancels_and_progress(db: Arc<dyn Persistence>) {
+    use futures::StreamExt;
+    let Some(mut signals) = db.signals().await else {
+        assert_eq!(db.backend(), "sqlite");
+        db.announce_progress(&["r".into()]).await.unwrap();
+        return;
+    };
+    assert_eq!(db.backend(), "postgres");
+    // Channels are per database: other tests' schemas announce on them too.
+    let a = thread(&db).await;
+    let run = db.create_run(new_run(&a)).await.unwrap().run;
+    db.claim_run(&run.run_id, "w", LEASE)
+        .await
+        .unwrap()
+        .unwrap();
+    let ours = [
+        run.run_id.clone(),
+        format!("{}-1", run.run_id),
+        format!("{}-2", run.run_id),
+    ];
+    let mut next = async || loop {
+        let s = tokio::time::timeout(Duration::from_secs(30), signals.next())
+            .await
+            .expect("a signal arrives")
+            .expect("the stream goes on");
+        let (Signal::Cancel { run_id, .. } | Signal::Progress { run_id }) = &s;
+        if ours.contains(run_id) {
+            return s;
+        }
+    };
+    db.cancel_runs(
+        &CancelTarget::Runs {
+            thread_id: None,
+            run_ids: vec![run.run_id.clone()],
+        },
+        CancelAction::Rollback,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        next().await,
+        Signal::Cancel {
+            run_id: run.run_id.clone(),
+            action: CancelAction::Rollback
+        }
+    );
+    db.announce_progress(&[]).await.unwrap();
+    db.announce_progress(&ours[1..]).await.unwrap();
+    let mut got = vec![next().await, next().await];
+    got.sort_by_key(|s| format!("{s:?}"));
+    assert_eq!(
+        got,
+        vec![
+            Signal::Progress {
+                run_id: ours[1].clone()
+            },
+            Signal::Progress {
+                run_id: ours[2].clone()
+            }
+        ]
+    );
 }

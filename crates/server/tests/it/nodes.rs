@@ -1,6 +1,7 @@
 //! Two Fawn nodes on one Postgres database: a cancel made on one node reaches the run the
-//! other executes at once (Postgres NOTIFY), not at its next heartbeat, and a run whose
-//! node died is taken over by the other from its last checkpoint.
+//! other executes at once (Postgres NOTIFY), not at its next heartbeat; a run joined on the
+//! node that does not execute it streams its steps, woken by NOTIFY (or every event, with
+//! Redis); a run whose node died is taken over by the other from its last checkpoint.
 
 use crate::helpers::*;
 use fawn_testkit::Turn;
@@ -111,9 +112,17 @@ async fn a_dead_nodes_run_is_taken_over() {
     assert_eq!(last["content"], "resumed", "{state}");
 }
 
+/// Without Redis, the joining node relays the run from the store, woken by the executing
+/// node's progress notifications: with the relays' fallback poll at ten minutes, only
+/// those can carry the steps and the end within the test's time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_joined_on_another_node_streams_its_steps() {
-    let Some((a, b)) = two_nodes(Duration::from_secs(10)).await else {
+    let Some((a, b)) = nodes_with(|o| {
+        o.queue.lease = Duration::from_secs(10);
+        o.queue.relay_poll = Duration::from_secs(600);
+    })
+    .await
+    else {
         return;
     };
     let tid = a.create_thread().await;

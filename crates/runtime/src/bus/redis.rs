@@ -1,6 +1,4 @@
-//! The event bus between nodes: Redis Streams. Without it (a single node, or several on
-//! Postgres alone) events stay in the executing node's broker and other nodes relay runs from
-//! the database at step granularity ([`crate::runs::relay_remote_run`]).
+//! The Redis Streams event bus: every event of a run crosses nodes, with its id.
 //!
 //! * **Publishing.** The node that executes a run mirrors its log into the stream
 //!   `fawn:run:{run_id}`: one entry per event (`i` its id, `e` its name, `d` its data), then an
@@ -81,7 +79,7 @@ impl RedisBus {
     }
 
     /// What the executing node's log mirrors into.
-    pub fn mirror(self: &Arc<Self>) -> Mirror {
+    pub fn mirror_fn(&self) -> Mirror {
         let out = self.out.clone();
         Arc::new(move |run_id: &str, m: Mirrored| {
             let _ = out.send((run_id.to_string(), m));
@@ -89,7 +87,7 @@ impl RedisBus {
     }
 
     /// Starts appending the run's stream to `log` (from its beginning).
-    pub fn follow(&self, run_id: &str, log: Arc<RunLog>) {
+    pub fn follow_stream(&self, run_id: &str, log: Arc<RunLog>) {
         lock(&self.follows)
             .entry(run_id.to_string())
             .or_insert(Follow {
@@ -100,10 +98,11 @@ impl RedisBus {
     }
 
     /// Stops following a run (it executes here now, or its log is gone).
-    pub fn unfollow(&self, run_id: &str) {
+    pub fn unfollow_stream(&self, run_id: &str) {
         lock(&self.follows).remove(run_id);
     }
 
+    /// Whether the run's stream is being read into a local log.
     pub fn follows(&self, run_id: &str) -> bool {
         lock(&self.follows).contains_key(run_id)
     }
@@ -232,7 +231,7 @@ async fn read_loop(
                 log.publish_at(id, name, Bytes::from(data));
             }
             if let Some(body) = ended {
-                bus.unfollow(&run_id);
+                bus.unfollow_stream(&run_id);
                 if broker.get(&run_id).is_some() {
                     broker.finish(&run_id, body);
                 } else {
