@@ -49,7 +49,6 @@ pub const IGNORED_DEERFLOW_SECTIONS: &[&str] = &[
     "plugins",
     "rag",
     "rate_limit",
-    "read_before_write",
     "redaction",
     "run_events",
     "safety_finish_reason",
@@ -510,6 +509,7 @@ fn parse_app(
                 | "llm_call"
                 | "circuit_breaker"
                 | "token_usage"
+                | "read_before_write"
                 | "agents_api"
                 | "suggestions"
                 | "web"
@@ -597,6 +597,7 @@ fn parse_app(
             "llm_call" => app.llm_call = parse_section(&path, value, r),
             "circuit_breaker" => app.circuit_breaker = parse_section(&path, value, r),
             "token_usage" => app.token_usage = parse_section(&path, value, r),
+            "read_before_write" => app.read_before_write = parse_section(&path, value, r),
             "agents_api" => app.agents_api = parse_section(&path, value, r),
             "suggestions" => {
                 let s: SuggestionsConfig = parse_section(&path, value, r);

@@ -31,6 +31,7 @@ pub struct AppConfig {
     pub llm_call: LlmCallConfig,
     pub circuit_breaker: CircuitBreakerConfig,
     pub token_usage: TokenUsageConfig,
+    pub read_before_write: ReadBeforeWriteConfig,
     pub agents_api: AgentsApiConfig,
     pub suggestions: SuggestionsConfig,
     pub web: WebConfig,
@@ -60,6 +61,7 @@ impl Default for AppConfig {
             llm_call: LlmCallConfig::default(),
             circuit_breaker: CircuitBreakerConfig::default(),
             token_usage: TokenUsageConfig::default(),
+            read_before_write: ReadBeforeWriteConfig::default(),
             agents_api: AgentsApiConfig::default(),
             suggestions: SuggestionsConfig::default(),
             run_ownership: RunOwnershipConfig::default(),
@@ -531,6 +533,20 @@ pub struct TokenUsageConfig {
 impl Default for TokenUsageConfig {
     fn default() -> Self {
         TokenUsageConfig { enabled: true }
+    }
+}
+
+/// `read_before_write:` (DeerFlow): changing an existing file needs a read of its current
+/// version first.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ReadBeforeWriteConfig {
+    pub enabled: bool,
+}
+
+impl Default for ReadBeforeWriteConfig {
+    fn default() -> Self {
+        ReadBeforeWriteConfig { enabled: true }
     }
 }
 

@@ -18,6 +18,7 @@ use crate::input_sanitization::InputSanitizationMiddleware;
 use crate::llm_error::{CircuitBreakers, LLMErrorHandlingMiddleware, LlmConcurrency};
 use crate::loop_detection::{LoopDetectionMiddleware, LoopTracker};
 use crate::memory::MemoryMiddleware;
+use crate::read_before_write::{FileGates, ReadBeforeWriteMiddleware};
 use crate::sandbox::SandboxMiddleware;
 use crate::subagent_limit::SubagentLimitMiddleware;
 use crate::summarization::DeerFlowSummarizationMiddleware;
@@ -45,6 +46,8 @@ pub struct SharedState {
     pub circuits: Arc<CircuitBreakers>,
     pub llm_limiter: LlmConcurrency,
     pub loops: Arc<LoopTracker>,
+    /// The read-before-write gate's per-(thread, path) locks.
+    pub file_gates: Arc<FileGates>,
 }
 
 impl SharedState {
@@ -53,6 +56,7 @@ impl SharedState {
             circuits: Arc::new(CircuitBreakers::from_config(&app.circuit_breaker)),
             llm_limiter: LlmConcurrency::new(app.llm_call.max_concurrent_calls),
             loops: Arc::new(LoopTracker::new(app.loop_detection.max_tracked_threads)),
+            file_gates: Arc::new(FileGates::new()),
         }
     }
 }
@@ -121,6 +125,11 @@ impl ChainDeps {
             self.shared.circuits.clone(),
             self.shared.llm_limiter.clone(),
         )));
+        if app.read_before_write.enabled {
+            v.push(Arc::new(ReadBeforeWriteMiddleware::new(
+                self.shared.file_gates.clone(),
+            )));
+        }
         v.push(Arc::new(ToolErrorHandlingMiddleware::new()));
         v
     }

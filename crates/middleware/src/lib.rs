@@ -9,7 +9,7 @@
 //!
 //! For the agent: build one [`ChainDeps`] per process (it holds the process-wide
 //! [`SharedState`]: per-model circuit breakers, the model-call concurrency cap, the
-//! loop-detection history) and call [`build_lead_chain`] / [`build_subagent_chain`] for every
+//! loop-detection history, the read-before-write locks) and call [`build_lead_chain`] / [`build_subagent_chain`] for every
 //! run — middlewares keep per-run state. A model answer standing in for a failed call carries
 //! `additional_kwargs.deerflow_error_fallback` ([`error_fallback`]); the run then ends as
 //! `error`. Stop reasons (`loop_capped`, `subagent_limit_capped`) are set on
@@ -24,6 +24,7 @@ pub mod input_sanitization;
 pub mod llm_error;
 pub mod loop_detection;
 pub mod memory;
+pub mod read_before_write;
 pub mod sandbox;
 pub mod subagent_limit;
 pub mod summarization;
@@ -45,6 +46,7 @@ pub use input_sanitization::InputSanitizationMiddleware;
 pub use llm_error::{ErrorFallback, LLMErrorHandlingMiddleware, error_fallback};
 pub use loop_detection::LoopDetectionMiddleware;
 pub use memory::MemoryMiddleware;
+pub use read_before_write::{FileGates, ReadBeforeWriteMiddleware};
 pub use sandbox::SandboxMiddleware;
 pub use subagent_limit::SubagentLimitMiddleware;
 pub use summarization::DeerFlowSummarizationMiddleware;

@@ -318,7 +318,6 @@ database:
             "tool_search: DeerFlow setting that Fawn does not implement; ignored",
             "tool_output: DeerFlow setting that Fawn does not implement; ignored",
             "input_polish: DeerFlow setting that Fawn does not implement; ignored",
-            "read_before_write: DeerFlow setting that Fawn does not implement; ignored",
             "safety_finish_reason: DeerFlow setting that Fawn does not implement; ignored",
             "skill_scan: DeerFlow setting that Fawn does not implement; ignored",
             "skill_evolution: DeerFlow setting that Fawn does not implement; ignored",

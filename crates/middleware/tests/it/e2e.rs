@@ -578,3 +578,90 @@ async fn upload_context_with_the_local_sandbox() {
     assert!(sent.contains("    L1: Plan\n    L2: Budget"));
     assert!(!sent.contains("Top secret"), "{sent}");
 }
+
+/// Read-before-write (DeerFlow #3857) with the real file tools and local sandbox: creating
+/// a file needs no read; changing it needs a read of its current version, and every write
+/// makes earlier reads stale. Turned off by `read_before_write.enabled: false`.
+#[tokio::test]
+async fn writes_need_a_read_of_the_current_version() {
+    let path = "/mnt/user-data/outputs/r.md";
+    let w = |content: &str, append: bool, id: &str| {
+        calls(
+            "write_file",
+            json!({"description": "d", "path": path, "content": content, "append": append}),
+            id,
+        )
+    };
+    let read = |id: &str| calls("read_file", json!({"description": "d", "path": path}), id);
+    let replace = |id: &str| {
+        calls(
+            "str_replace",
+            json!({"description": "d", "path": path, "old_str": "## B", "new_str": "## C"}),
+            id,
+        )
+    };
+    let script = || {
+        [
+            w("# A\n", false, "c1"),
+            w("## B\n", true, "c2"),
+            read("c3"),
+            w("## B\n", true, "c4"),
+            replace("c5"),
+            read("c6"),
+            replace("c7"),
+            ScriptedTurn::text("done"),
+        ]
+    };
+    let run_with = |enabled: bool| async move {
+        let fx = Fx::with(|s| s.app.read_before_write.enabled = enabled, script());
+        let provider = Arc::new(fawn_sandbox::LocalSandboxProvider::new(&fx.settings).unwrap());
+        let mut deps = AgentDeps::new(fx.settings.clone(), fx.registry(), provider);
+        deps.chains = Arc::new(DeerFlowChains(fx.deps()));
+        deps.tools = vec![Arc::new(StaticTools(vec![
+            Arc::new(fawn_tools::sandbox_tools::ReadFileTool::new()) as Arc<dyn Tool>,
+            Arc::new(fawn_tools::sandbox_tools::WriteFileTool::new(&fx.settings)),
+            Arc::new(fawn_tools::sandbox_tools::StrReplaceTool::new()),
+        ]))];
+        let agent = LeadAgent::new(deps);
+        let (out, obs) = run(&agent, spec(user("write"), json!({}))).await;
+        success(&out);
+        let file = std::fs::read_to_string(fx.paths().outputs.join("r.md")).unwrap();
+        let state = obs.state();
+        let tool_messages: Vec<&Message> = state
+            .messages
+            .iter()
+            .filter(|m| m.kind == MessageKind::Tool)
+            .collect();
+        let marked = tool_messages
+            .iter()
+            .filter(|m| m.additional_kwargs.contains_key("deerflow_read_mark"))
+            .count();
+        let tools: Vec<(String, bool)> = tool_messages
+            .iter()
+            .map(|m| (m.text(), m.status.as_deref() == Some("error")))
+            .collect();
+        (file, tools, marked)
+    };
+    let (file, tools, marked) = run_with(true).await;
+    let blocked: Vec<bool> = tools.iter().map(|(_, e)| *e).collect();
+    assert_eq!(
+        blocked,
+        [false, true, false, false, true, false, false],
+        "{tools:#?}"
+    );
+    assert!(
+        tools[1]
+            .0
+            .starts_with("Error: write_file refused: /mnt/user-data/outputs/r.md exists"),
+        "{}",
+        tools[1].0
+    );
+    assert!(tools[4].0.starts_with("Error: str_replace refused"));
+    assert_eq!(file, "# A\n## C\n");
+    // Each read carries its mark: the conversation is the gate's memory.
+    assert_eq!(marked, 2);
+    let (file, tools, marked) = run_with(false).await;
+    assert!(tools.iter().all(|(_, e)| !e), "{tools:#?}");
+    assert_eq!(marked, 0);
+    assert_eq!(file, "# A\n## C\n## C\n");
+}
