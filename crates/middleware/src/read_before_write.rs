@@ -32,10 +32,12 @@ pub const READ_MARK_KEY: &str = "deerflow_read_mark";
 /// Largest file the gate hashes; bigger ones are not gated.
 const MAX_HASHED_BYTES: u64 = 64 * 1024 * 1024;
 
+type GateLock = tokio::sync::Mutex<()>;
+
 /// The per-(thread, path) locks of every run in the process.
 #[derive(Debug, Default)]
 pub struct FileGates {
-    locks: Mutex<HashMap<(String, String), Weak<tokio::sync::Mutex<()>>>>,
+    locks: Mutex<HashMap<(String, String), Weak<GateLock>>>,
 }
 
 impl FileGates {
@@ -43,7 +45,7 @@ impl FileGates {
         Self::default()
     }
 
-    fn lock_for(&self, thread_id: &str, path: &str) -> Arc<tokio::sync::Mutex<()>> {
+    fn lock_for(&self, thread_id: &str, path: &str) -> Arc<GateLock> {
         let mut map = match self.locks.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -54,7 +56,7 @@ impl FileGates {
         }
         // Forget the locks nobody holds any more before adding one.
         map.retain(|_, w| w.strong_count() > 0);
-        let l = Arc::new(tokio::sync::Mutex::new(()));
+        let l = Arc::new(GateLock::new(()));
         map.insert(key, Arc::downgrade(&l));
         l
     }
