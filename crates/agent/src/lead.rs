@@ -4,6 +4,7 @@
 use crate::contract::{
     GraphDescription, GraphRunner, RunObserver, RunOutcome, RunSpec, UnknownNode,
 };
+use crate::delivery;
 use crate::engine::{AgentGraph, Begin, Loop, LoopConfig, LoopEnd, recursion_message};
 use crate::graph::{self, Node, Topology, has_pending_tool_calls};
 use crate::interrupts;
@@ -18,6 +19,7 @@ use fawn_sandbox::SandboxProvider;
 use fawn_state::{EventSink, Interrupt, MessageKind, StateUpdate, ThreadState};
 use fawn_tools::{SandboxSlot, SubagentRunner, Tool};
 use serde_json::{Map, Value};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
@@ -374,6 +376,24 @@ impl LeadAgent {
             start.step
         };
         let subagents: Option<Arc<dyn SubagentRunner>> = pool.map(|p| p as Arc<dyn SubagentRunner>);
+        // Artifact delivery: what the outputs held, and which messages were there, before.
+        let outputs = self
+            .deps
+            .sandbox_provider
+            .thread_paths(&ctx.thread_id)
+            .outputs;
+        let outputs_before = {
+            let dir = outputs.clone();
+            tokio::task::spawn_blocking(move || delivery::Snapshot::take(&dir))
+                .await
+                .ok()
+        };
+        let ids_before: HashSet<String> = start
+            .state
+            .messages
+            .iter()
+            .filter_map(|m| m.id.clone())
+            .collect();
         let output = Loop::new(&graph, &ctx, &cfg, Arc::new(start.state), start_step)
             .with_observer(observer.as_ref())
             .with_subagents(subagents)
@@ -390,6 +410,23 @@ impl LeadAgent {
             LoopEnd::Done { interrupts } => {
                 if let Some(e) = error_fallback(&output.state) {
                     return e;
+                }
+                if interrupts.is_empty()
+                    && let Some(before) = outputs_before
+                    && let Ok(after) = {
+                        let dir = outputs.clone();
+                        tokio::task::spawn_blocking(move || delivery::Snapshot::take(&dir)).await
+                    }
+                {
+                    let produced = before.produced(&after);
+                    let shown = delivery::presented(&output.state, &ids_before, &outputs);
+                    if let Some(message) = delivery::verdict(&produced, &shown) {
+                        tracing::info!(?produced, "a run left outputs it never presented");
+                        return RunOutcome::Error {
+                            error: "ArtifactDeliveryError".into(),
+                            message: message.into(),
+                        };
+                    }
                 }
                 RunOutcome::Success {
                     interrupts,

@@ -24,6 +24,7 @@
 
 pub mod contract;
 pub mod deerflow;
+pub mod delivery;
 mod describe;
 pub mod engine;
 mod graph;

@@ -584,7 +584,8 @@ async fn upload_context_with_the_local_sandbox() {
 /// makes earlier reads stale. Turned off by `read_before_write.enabled: false`.
 #[tokio::test]
 async fn writes_need_a_read_of_the_current_version() {
-    let path = "/mnt/user-data/outputs/r.md";
+    // Under the workspace: a file under outputs would also have to be presented.
+    let path = "/mnt/user-data/workspace/r.md";
     let w = |content: &str, append: bool, id: &str| {
         calls(
             "write_file",
@@ -625,7 +626,7 @@ async fn writes_need_a_read_of_the_current_version() {
         let agent = LeadAgent::new(deps);
         let (out, obs) = run(&agent, spec(user("write"), json!({}))).await;
         success(&out);
-        let file = std::fs::read_to_string(fx.paths().outputs.join("r.md")).unwrap();
+        let file = std::fs::read_to_string(fx.paths().workspace.join("r.md")).unwrap();
         let state = obs.state();
         let tool_messages: Vec<&Message> = state
             .messages
@@ -652,7 +653,7 @@ async fn writes_need_a_read_of_the_current_version() {
     assert!(
         tools[1]
             .0
-            .starts_with("Error: write_file refused: /mnt/user-data/outputs/r.md exists"),
+            .starts_with("Error: write_file refused: /mnt/user-data/workspace/r.md exists"),
         "{}",
         tools[1].0
     );
@@ -664,4 +665,72 @@ async fn writes_need_a_read_of_the_current_version() {
     assert!(tools.iter().all(|(_, e)| !e), "{tools:#?}");
     assert_eq!(marked, 0);
     assert_eq!(file, "# A\n## C\n## C\n");
+}
+
+/// Artifact delivery (DeerFlow's `run.delivery`): a run that writes a file under outputs
+/// ends as an error unless it presents one of its outputs (the file or its directory);
+/// scratch files elsewhere and hidden process files do not count.
+#[tokio::test]
+async fn outputs_a_run_makes_must_be_presented() {
+    let write = |path: &str, id: &str| {
+        calls(
+            "write_file",
+            json!({"description": "d", "path": path, "content": "x"}),
+            id,
+        )
+    };
+    let present = |paths: Value, id: &str| calls("present_files", json!({"filepaths": paths}), id);
+    let run_script = |turns: Vec<ScriptedTurn>| async move {
+        let fx = Fx::new(turns);
+        let provider = Arc::new(fawn_sandbox::LocalSandboxProvider::new(&fx.settings).unwrap());
+        let mut deps = AgentDeps::new(fx.settings.clone(), fx.registry(), provider);
+        deps.chains = Arc::new(DeerFlowChains(fx.deps()));
+        deps.tools = vec![Arc::new(StaticTools(vec![
+            Arc::new(fawn_tools::sandbox_tools::WriteFileTool::new(&fx.settings)) as Arc<dyn Tool>,
+            Arc::new(fawn_tools::builtins::PresentFilesTool::new()),
+        ]))];
+        let agent = LeadAgent::new(deps);
+        run(&agent, spec(user("make a report"), json!({}))).await.0
+    };
+    let out = run_script(vec![
+        write("/mnt/user-data/outputs/report.md", "c1"),
+        ScriptedTurn::text("Done, the report is in outputs."),
+    ])
+    .await;
+    match &out {
+        RunOutcome::Error { message, .. } => assert_eq!(
+            message,
+            "Artifact delivery incomplete: no produced output artifact was presented"
+        ),
+        other => panic!("expected an error: {other:?}"),
+    }
+    for shown in [
+        json!(["/mnt/user-data/outputs/charts/report.md"]),
+        json!(["/mnt/user-data/outputs/charts"]),
+    ] {
+        let out = run_script(vec![
+            write("/mnt/user-data/outputs/charts/report.md", "c1"),
+            present(shown.clone(), "c2"),
+            ScriptedTurn::text("Here it is."),
+        ])
+        .await;
+        success(&out);
+    }
+    // Presenting something else does not deliver the report.
+    let out = run_script(vec![
+        write("/mnt/user-data/outputs/report.md", "c1"),
+        write("/mnt/user-data/outputs/other.md", "c2"),
+        present(json!(["/mnt/user-data/outputs/missing.md"]), "c3"),
+        ScriptedTurn::text("Here it is."),
+    ])
+    .await;
+    assert!(matches!(out, RunOutcome::Error { .. }), "{out:?}");
+    // Nothing produced under outputs: nothing to deliver.
+    let out = run_script(vec![
+        write("/mnt/user-data/workspace/scratch.py", "c1"),
+        write("/mnt/user-data/outputs/.tool-results/t.txt", "c2"),
+        ScriptedTurn::text("ok"),
+    ])
+    .await;
+    success(&out);
 }
