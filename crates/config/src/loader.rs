@@ -39,7 +39,6 @@ pub const IGNORED_DEERFLOW_SECTIONS: &[&str] = &[
     "goal",
     "guardrails",
     "image_generation",
-    "input_polish",
     "knowledge_base",
     "logging",
     "mcp_tasks",
@@ -52,7 +51,6 @@ pub const IGNORED_DEERFLOW_SECTIONS: &[&str] = &[
     "redaction",
     "run_events",
     "safety_finish_reason",
-    "scheduler",
     "session_memory",
     "skill_evolution",
     "skill_scan",
@@ -512,6 +510,8 @@ fn parse_app(
                 | "read_before_write"
                 | "agents_api"
                 | "suggestions"
+                | "input_polish"
+                | "scheduler"
                 | "web"
                 | "run_ownership"
                 | "stream_bridge"
@@ -612,6 +612,31 @@ fn parse_app(
                             s.max_suggestions
                         ),
                     );
+                }
+            }
+            "input_polish" => {
+                let p: InputPolishConfig = parse_section(&path, value, r);
+                if p.max_chars >= 1 {
+                    app.input_polish = p;
+                } else {
+                    r.error(keypath::key(&path, "max_chars"), "must be at least 1");
+                }
+            }
+            "scheduler" => {
+                let s: SchedulerConfig = parse_section(&path, value, r);
+                let mut ok = true;
+                for (key, min, max) in SchedulerConfig::BOUNDS {
+                    let v = s.number(key).unwrap_or(min);
+                    if !(min..=max).contains(&v) {
+                        ok = false;
+                        r.error(
+                            keypath::key(&path, key),
+                            format!("must be between {min} and {max}, got {v}"),
+                        );
+                    }
+                }
+                if ok {
+                    app.scheduler = s;
                 }
             }
             "web" => app.web = parse_section(&path, value, r),

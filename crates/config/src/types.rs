@@ -34,6 +34,8 @@ pub struct AppConfig {
     pub read_before_write: ReadBeforeWriteConfig,
     pub agents_api: AgentsApiConfig,
     pub suggestions: SuggestionsConfig,
+    pub input_polish: InputPolishConfig,
+    pub scheduler: SchedulerConfig,
     pub web: WebConfig,
     pub run_ownership: RunOwnershipConfig,
     pub stream_bridge: StreamBridgeConfig,
@@ -64,6 +66,8 @@ impl Default for AppConfig {
             read_before_write: ReadBeforeWriteConfig::default(),
             agents_api: AgentsApiConfig::default(),
             suggestions: SuggestionsConfig::default(),
+            input_polish: InputPolishConfig::default(),
+            scheduler: SchedulerConfig::default(),
             run_ownership: RunOwnershipConfig::default(),
             stream_bridge: StreamBridgeConfig::default(),
             web: WebConfig::default(),
@@ -575,6 +579,80 @@ impl Default for SuggestionsConfig {
         SuggestionsConfig {
             enabled: true,
             max_suggestions: 3,
+        }
+    }
+}
+
+/// `input_polish:` (DeerFlow): `POST /api/input-polish` rewrites the composer's draft with a
+/// model (`model_name`, else the default one). On by default; drafts longer than
+/// `max_chars` (at least 1) are refused.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct InputPolishConfig {
+    pub enabled: bool,
+    pub max_chars: u64,
+    pub model_name: Option<String>,
+}
+
+impl Default for InputPolishConfig {
+    fn default() -> Self {
+        InputPolishConfig {
+            enabled: true,
+            max_chars: 4000,
+            model_name: None,
+        }
+    }
+}
+
+/// `scheduler:` (DeerFlow): scheduled tasks (`/api/scheduled-tasks`). They are crons of
+/// Fawn's one cron scheduler; `enabled` (off by default, as in DeerFlow) decides whether
+/// they fire on their own (they can always be managed and triggered by hand; plain
+/// LangGraph crons fire either way). At most `max_concurrent_runs` runs of scheduled tasks
+/// are active at once (a due task waits for a free slot); a one-off task must be at least
+/// `min_once_delay_seconds` ahead. Fawn's scheduler claims due crons atomically in the
+/// database on every node, so `multi_instance`, `poll_interval_seconds` and
+/// `lease_seconds` are accepted and have no effect.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SchedulerConfig {
+    pub enabled: bool,
+    pub multi_instance: bool,
+    pub poll_interval_seconds: u64,
+    pub lease_seconds: u64,
+    pub max_concurrent_runs: u64,
+    pub min_once_delay_seconds: u64,
+}
+
+impl SchedulerConfig {
+    /// DeerFlow's bounds of each number: `(key, min, max)`.
+    pub const BOUNDS: [(&'static str, u64, u64); 4] = [
+        ("poll_interval_seconds", 1, 300),
+        ("lease_seconds", 5, 3600),
+        ("max_concurrent_runs", 1, 32),
+        ("min_once_delay_seconds", 1, 86400),
+    ];
+
+    /// The value of one of [`SchedulerConfig::BOUNDS`]' keys.
+    pub fn number(&self, key: &str) -> Option<u64> {
+        Some(match key {
+            "poll_interval_seconds" => self.poll_interval_seconds,
+            "lease_seconds" => self.lease_seconds,
+            "max_concurrent_runs" => self.max_concurrent_runs,
+            "min_once_delay_seconds" => self.min_once_delay_seconds,
+            _ => return None,
+        })
+    }
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            enabled: false,
+            multi_instance: false,
+            poll_interval_seconds: 5,
+            lease_seconds: 120,
+            max_concurrent_runs: 3,
+            min_once_delay_seconds: 60,
         }
     }
 }

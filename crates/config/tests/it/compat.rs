@@ -151,6 +151,53 @@ fn suggestions_default_on_and_take_deerflow_limits() {
 }
 
 #[test]
+fn input_polish_and_scheduler_take_deerflow_defaults_and_bounds() {
+    let l = load_with("", None, &[]).unwrap();
+    let p = &l.settings.app.input_polish;
+    assert_eq!(
+        (p.enabled, p.max_chars, p.model_name.as_deref()),
+        (true, 4000, None)
+    );
+    let s = &l.settings.app.scheduler;
+    assert!(!s.enabled, "off by default, as in DeerFlow");
+    assert_eq!((s.max_concurrent_runs, s.min_once_delay_seconds), (3, 60));
+
+    let yaml = "input_polish:\n  enabled: false\n  max_chars: 10\n  model_name: fast\n\
+                scheduler:\n  enabled: true\n  multi_instance: false\n  poll_interval_seconds: 5\n  \
+                lease_seconds: 120\n  max_concurrent_runs: 2\n  min_once_delay_seconds: 1\n";
+    let l = load_with(yaml, None, &[]).unwrap();
+    assert!(
+        l.warnings.is_empty(),
+        "{:?}",
+        warning_lines(load_with(yaml, None, &[]))
+    );
+    let p = &l.settings.app.input_polish;
+    assert_eq!(
+        (p.enabled, p.max_chars, p.model_name.as_deref()),
+        (false, 10, Some("fast"))
+    );
+    let s = &l.settings.app.scheduler;
+    assert!(s.enabled);
+    assert_eq!((s.max_concurrent_runs, s.min_once_delay_seconds), (2, 1));
+
+    assert_eq!(
+        crate::error_lines(load_with("input_polish:\n  max_chars: 0\n", None, &[])),
+        ["input_polish.max_chars: must be at least 1"]
+    );
+    assert_eq!(
+        crate::error_lines(load_with(
+            "scheduler:\n  max_concurrent_runs: 33\n  min_once_delay_seconds: 0\n",
+            None,
+            &[]
+        )),
+        [
+            "scheduler.max_concurrent_runs: must be between 1 and 32, got 33",
+            "scheduler.min_once_delay_seconds: must be between 1 and 86400, got 0",
+        ]
+    );
+}
+
+#[test]
 fn summarization_trigger_as_a_single_mapping() {
     let yaml = "summarization:\n  enabled: true\n  trigger: {type: messages, value: 50}\n";
     let l = load_with(yaml, None, &[]).unwrap();
@@ -317,7 +364,6 @@ database:
             "token_budget: DeerFlow setting that Fawn does not implement; ignored",
             "tool_search: DeerFlow setting that Fawn does not implement; ignored",
             "tool_output: DeerFlow setting that Fawn does not implement; ignored",
-            "input_polish: DeerFlow setting that Fawn does not implement; ignored",
             "safety_finish_reason: DeerFlow setting that Fawn does not implement; ignored",
             "skill_scan: DeerFlow setting that Fawn does not implement; ignored",
             "skill_evolution: DeerFlow setting that Fawn does not implement; ignored",
