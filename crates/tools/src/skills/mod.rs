@@ -15,6 +15,7 @@
 //!   and where they appear read-only (`/mnt/skills/public/<dir>`); disabled ones are not
 //!   mounted.
 
+pub mod archive;
 pub mod frontmatter;
 
 pub use frontmatter::{FrontMatter, RequiredSecret, parse_skill_md, split_front_matter};
