@@ -1,6 +1,9 @@
 //! Test support: a scripted mock LLM server speaking OpenAI chat completions
-//! (`POST /v1/chat/completions`, streaming and not, `GET /v1/models`) and Anthropic Messages
-//! (`POST /v1/messages`), also shipped as the `fawn-mock-llm` binary for demos and benchmarks.
+//! (`POST /v1/chat/completions`, streaming and not, `GET /v1/models`), Anthropic Messages
+//! (`POST /v1/messages`), Gemini (`POST /v1beta/models/{model}:streamGenerateContent?alt=sse`
+//! and `:generateContent`) and Ollama (`POST /api/chat`, NDJSON, `GET /api/tags`), all
+//! answering from the same script; also shipped as the `fawn-mock-llm` binary for demos and
+//! benchmarks.
 //!
 //! Owns: the script of [`Turn`]s, injectable [`Fault`]s, the stateless [`Behavior`]s used when
 //! the script is empty (echo, demo, rules), and the [`RecordedRequest`] log for assertions.
@@ -18,6 +21,8 @@
 //! ```
 
 mod anthropic;
+mod gemini;
+mod ollama;
 mod openai;
 mod record;
 mod script;
@@ -180,7 +185,7 @@ impl MockLlm {
         lock(&self.shared.requests).clone()
     }
 
-    /// Only the chat calls (OpenAI chat completions and Anthropic messages).
+    /// Only the chat calls (every protocol's, see [`RecordedRequest::is_chat`]).
     pub fn chat_requests(&self) -> Vec<RecordedRequest> {
         lock(&self.shared.requests)
             .iter()

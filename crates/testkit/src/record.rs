@@ -41,9 +41,14 @@ impl RecordedRequest {
             .unwrap_or(&[])
     }
 
-    /// True for OpenAI chat-completions and Anthropic messages calls.
+    /// True for chat calls: OpenAI chat completions, Anthropic messages, Gemini
+    /// `generateContent`/`streamGenerateContent` and Ollama `/api/chat`.
     pub fn is_chat(&self) -> bool {
-        self.method == "POST" && (is_openai_chat_path(&self.path) || is_anthropic_path(&self.path))
+        self.method == "POST"
+            && (is_openai_chat_path(&self.path)
+                || is_anthropic_path(&self.path)
+                || crate::gemini::route(&self.path).is_some()
+                || crate::ollama::is_chat_path(&self.path))
     }
 }
 

@@ -2,7 +2,7 @@
 
 use crate::record::{RecordedRequest, is_anthropic_path, is_models_path, is_openai_chat_path};
 use crate::script::{Fault, Turn};
-use crate::{MockConfig, anthropic, openai};
+use crate::{MockConfig, anthropic, gemini, ollama, openai};
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -38,10 +38,16 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 enum Protocol {
     OpenAi,
     Anthropic,
+    /// Model and streaming come from the path.
+    Gemini {
+        model: String,
+        stream: bool,
+    },
+    Ollama,
 }
 
 pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
@@ -88,10 +94,22 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
     if method == "GET" && (path == "/" || path == "/health") {
         return json_response(StatusCode::OK, json!({"ok": true}), None);
     }
+    if method == "GET" && path == "/api/tags" {
+        return json_response(StatusCode::OK, ollama::tags(&shared.config.model), None);
+    }
+    if method == "GET" && path == "/api/version" {
+        return json_response(StatusCode::OK, json!({"version": "0.0.0-fawn-mock"}), None);
+    }
     let protocol = if method == "POST" && is_openai_chat_path(&path) {
         Protocol::OpenAi
     } else if method == "POST" && is_anthropic_path(&path) {
         Protocol::Anthropic
+    } else if method == "POST"
+        && let Some((model, stream)) = gemini::route(&path)
+    {
+        Protocol::Gemini { model, stream }
+    } else if method == "POST" && ollama::is_chat_path(&path) {
+        Protocol::Ollama
     } else {
         return json_response(
             StatusCode::NOT_FOUND,
@@ -112,9 +130,11 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
 }
 
 async fn answer(shared: &Arc<Shared>, protocol: Protocol, body: &Value) -> Response {
-    let view = match protocol {
+    let view = match &protocol {
         Protocol::OpenAi => openai::view(body),
         Protocol::Anthropic => anthropic::view(body),
+        Protocol::Gemini { model, stream } => gemini::view(body, model, *stream),
+        Protocol::Ollama => ollama::view(body),
     };
     let scripted = lock(&shared.turns).pop_front();
     let turn = match scripted {
@@ -131,6 +151,8 @@ async fn answer(shared: &Arc<Shared>, protocol: Protocol, body: &Value) -> Respo
         let http = match protocol {
             Protocol::OpenAi => openai::error_for(fault),
             Protocol::Anthropic => anthropic::error_for(fault),
+            Protocol::Gemini { .. } => gemini::error_for(fault),
+            Protocol::Ollama => ollama::error_for(fault),
         };
         if let Some((status, body, retry_after)) = http {
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -160,6 +182,15 @@ async fn answer(shared: &Arc<Shared>, protocol: Protocol, body: &Value) -> Respo
                 .into_iter()
                 .map(|(event, data)| Bytes::from(format!("event: {event}\ndata: {data}\n\n")))
                 .collect(),
+            // Gemini ends its SSE events with CRLF pairs.
+            Protocol::Gemini { .. } => gemini::stream_chunks(&turn, &view, &chunking)
+                .into_iter()
+                .map(|c| Bytes::from(format!("data: {c}\r\n\r\n")))
+                .collect(),
+            Protocol::Ollama => ollama::stream_lines(&turn, &view, &chunking)
+                .into_iter()
+                .map(|l| Bytes::from(format!("{l}\n")))
+                .collect(),
         };
         if protocol == Protocol::OpenAi {
             frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
@@ -178,6 +209,12 @@ async fn answer(shared: &Arc<Shared>, protocol: Protocol, body: &Value) -> Respo
                     Protocol::Anthropic => frames.push(Bytes::from_static(
                         b"event: content_block_delta\ndata: {\"type\": \"content_block_delta\", \"index\": \n\n",
                     )),
+                    Protocol::Gemini { .. } => frames.push(Bytes::from_static(
+                        b"data: {\"candidates\": [{\"content\": \r\n\r\n",
+                    )),
+                    Protocol::Ollama => frames.push(Bytes::from_static(
+                        b"{\"model\": \"broken\", \"message\": {\n",
+                    )),
                 }
             }
             Some(Fault::DropConnection { after_chunks }) => {
@@ -186,13 +223,12 @@ async fn answer(shared: &Arc<Shared>, protocol: Protocol, body: &Value) -> Respo
             }
             _ => {}
         }
-        return stream_response(
-            "text/event-stream",
-            frames,
-            delay,
-            drop_at_end,
-            shared.clone(),
-        );
+        let content_type = if protocol == Protocol::Ollama {
+            "application/x-ndjson"
+        } else {
+            "text/event-stream"
+        };
+        return stream_response(content_type, frames, delay, drop_at_end, shared.clone());
     }
 
     let full = match protocol {
@@ -200,6 +236,8 @@ async fn answer(shared: &Arc<Shared>, protocol: Protocol, body: &Value) -> Respo
             openai::full_response(&turn, &view, &openai::Envelope::new(&view.model))
         }
         Protocol::Anthropic => anthropic::full_response(&turn, &view),
+        Protocol::Gemini { .. } => gemini::full_response(&turn, &view),
+        Protocol::Ollama => ollama::full_response(&turn, &view),
     };
     match &turn.fault {
         Some(Fault::MalformedChunk { .. }) => Response::builder()

@@ -22,7 +22,7 @@ enum Mode {
     Directives,
 }
 
-/// A mock OpenAI-compatible (and Anthropic Messages) LLM server.
+/// A mock LLM server speaking the OpenAI, Anthropic, Gemini and Ollama chat APIs.
 #[derive(Debug, Parser)]
 #[command(name = "fawn-mock-llm", version)]
 struct Cli {

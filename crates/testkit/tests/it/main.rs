@@ -3,5 +3,7 @@
 
 mod anthropic;
 mod faults;
+mod gemini;
+mod ollama;
 mod openai;
 mod support;
