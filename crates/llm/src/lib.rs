@@ -2,24 +2,29 @@
 //!
 //! Owns: the [`ChatModel`] trait (streaming first; `invoke` is a fold of the stream), the
 //! request/response types the agent uses, typed [`LlmError`]s that say what is worth a retry,
-//! the providers (OpenAI-compatible on async-openai, native Anthropic Messages), the
-//! registry that maps DeerFlow `use:` paths in `config.yaml` to them, and a cheap token
-//! estimate. Must never know about HTTP routes, storage, tools' behaviour or middlewares; it
-//! only sees messages in and message chunks out.
+//! the providers (OpenAI-compatible on async-openai, native Anthropic Messages, native Gemini
+//! `generateContent`, native Ollama `/api/chat`), the registry that maps DeerFlow `use:` paths
+//! in `config.yaml` to them, and a cheap token estimate. Must never know about HTTP routes,
+//! storage, tools' behaviour or middlewares; it only sees messages in and message chunks out.
 
 pub mod anthropic;
 pub mod content;
 pub mod demo;
 pub mod error;
+pub mod gemini;
+pub mod ollama;
 pub mod openai;
 pub mod registry;
 pub mod retry;
 pub mod scripted;
 mod settings;
 pub mod tokens;
+mod wire_stream;
 
 pub use anthropic::Anthropic;
 pub use error::HttpError;
+pub use gemini::Gemini;
+pub use ollama::Ollama;
 pub use openai::OpenAiCompatible;
 pub use registry::{ProviderOptions, build_model, supported_use_values, validate_models};
 pub use retry::{RetryEvent, RetryObserver, RetryPolicy};
@@ -68,7 +73,7 @@ pub struct ModelInfo {
     pub name: String,
     /// The provider's model id.
     pub model: String,
-    /// `openai`, `anthropic`, `mock`, …
+    /// `openai`, `anthropic`, `google_genai`, `ollama`, `mock`, …
     pub provider: String,
     pub display_name: Option<String>,
     pub description: Option<String>,

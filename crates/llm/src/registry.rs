@@ -2,6 +2,8 @@
 //! Fawn providers, with readable, key-pathed issues for anything that cannot work.
 
 use crate::anthropic::Anthropic;
+use crate::gemini::Gemini;
+use crate::ollama::Ollama;
 use crate::openai::OpenAiCompatible;
 use crate::openai::request::{Quirks, ReasoningReplay, ReasoningSource};
 use crate::retry::{RetryObserver, RetryPolicy};
@@ -19,6 +21,10 @@ pub enum ProviderKind {
     OpenAi(Quirks),
     /// Anthropic Messages.
     Anthropic,
+    /// Gemini's native Generative Language API.
+    Gemini,
+    /// Ollama's native `/api/chat`.
+    Ollama,
 }
 
 const OPENAI: Quirks = Quirks::openai("langchain_openai:ChatOpenAI");
@@ -47,6 +53,11 @@ pub fn supported_classes() -> Vec<(&'static str, ProviderKind)> {
             ProviderKind::OpenAi(DEEPSEEK_BASE),
         ),
         ("langchain_anthropic:ChatAnthropic", ProviderKind::Anthropic),
+        (
+            "langchain_google_genai:ChatGoogleGenerativeAI",
+            ProviderKind::Gemini,
+        ),
+        ("langchain_ollama:ChatOllama", ProviderKind::Ollama),
         (
             "deerflow.models.patched_deepseek:PatchedChatDeepSeek",
             with_class(
@@ -153,17 +164,11 @@ pub fn supported_use_values() -> Vec<&'static str> {
 /// Why some known DeerFlow classes are refused, with what to use instead.
 fn unsupported_hint(use_: &str) -> Option<&'static str> {
     Some(match use_ {
-        "langchain_ollama:ChatOllama" => {
-            "Ollama's native API is not supported; use langchain_openai:ChatOpenAI with base_url http://<host>:11434/v1"
-        }
         "deerflow.models.openai_codex_provider:CodexChatModel" => {
             "the Codex CLI (Responses API with ChatGPT credentials) provider is not supported"
         }
         "deerflow.models.claude_provider:ClaudeChatModel" => {
             "Claude Code OAuth credentials are not supported; use langchain_anthropic:ChatAnthropic with an api_key"
-        }
-        "langchain_google_genai:ChatGoogleGenerativeAI" => {
-            "the native Gemini API is not supported; use an OpenAI-compatible Gemini endpoint with deerflow.models.patched_openai:PatchedChatOpenAI"
         }
         _ => return None,
     })
@@ -252,6 +257,8 @@ fn plan(cfg: &ModelConfig, index: usize) -> Result<Plan, Vec<ConfigIssue>> {
     let key_env: &[&str] = match &kind {
         Some(ProviderKind::OpenAi(q)) => q.api_key_env,
         Some(ProviderKind::Anthropic) => &["ANTHROPIC_API_KEY"],
+        Some(ProviderKind::Gemini) => crate::gemini::API_KEY_ENV,
+        Some(ProviderKind::Ollama) => crate::ollama::API_KEY_ENV,
         None => &[],
     };
     let mut settings = match ModelSettings::from_config(cfg, index, key_env) {
@@ -291,11 +298,58 @@ fn plan(cfg: &ModelConfig, index: usize) -> Result<Plan, Vec<ConfigIssue>> {
         }
         issues.append(&mut extra_issues);
     }
+    if matches!(kind, Some(ProviderKind::Gemini))
+        && let Some(s) = settings.as_mut()
+    {
+        // langchain's `google_api_key` (and DeerFlow's example `gemini_api_key`) beat the
+        // environment; `api_key` beats both.
+        if cfg.api_key.as_deref().is_none_or(str::is_empty)
+            && let Some(key) = ["google_api_key", "gemini_api_key"].iter().find_map(|k| {
+                cfg.extra
+                    .get(*k)
+                    .and_then(|v| v.as_str())
+                    .filter(|v| !v.is_empty())
+            })
+        {
+            if http::HeaderValue::from_str(key).is_err() {
+                issues.push(ConfigIssue::new(
+                    at("google_api_key"),
+                    "contains characters that cannot be sent in an HTTP header",
+                ));
+            }
+            s.api_key = Some(key.to_string());
+        }
+        if s.base_url.is_none()
+            && let Some(url) = cfg
+                .extra
+                .get("client_options")
+                .and_then(|o| o.get("api_endpoint"))
+                .and_then(|v| v.as_str())
+        {
+            let url = if url.contains("://") {
+                url.to_string()
+            } else {
+                format!("https://{url}")
+            };
+            crate::settings::check_url(at("client_options.api_endpoint"), &url, &mut issues);
+            s.base_url = Some(url);
+        }
+    }
+    if matches!(kind, Some(ProviderKind::Ollama))
+        && let Some(s) = settings.as_mut()
+        && s.base_url.is_none()
+    {
+        s.base_url = std::env::var("OLLAMA_HOST")
+            .ok()
+            .and_then(|h| crate::ollama::base_url_from_host(&h));
+    }
     match (kind, settings) {
         (Some(kind), Some(settings)) if issues.is_empty() => {
             let provider = match &kind {
                 ProviderKind::OpenAi(q) => q.provider,
                 ProviderKind::Anthropic => "anthropic",
+                ProviderKind::Gemini => crate::gemini::PROVIDER,
+                ProviderKind::Ollama => crate::ollama::PROVIDER,
             };
             Ok(Plan {
                 info: ModelInfo {
@@ -391,6 +445,16 @@ fn build_from_plan(
             m.set_retry_observer(options.retry_observer.clone());
             Arc::new(m)
         }
+        ProviderKind::Gemini => {
+            let mut m = Gemini::new(plan.info, plan.settings, http).map_err(issue)?;
+            m.set_retry_observer(options.retry_observer.clone());
+            Arc::new(m)
+        }
+        ProviderKind::Ollama => {
+            let mut m = Ollama::new(plan.info, plan.settings, http).map_err(issue)?;
+            m.set_retry_observer(options.retry_observer.clone());
+            Arc::new(m)
+        }
     })
 }
 
@@ -457,10 +521,38 @@ mod tests {
 
     #[test]
     fn hints_for_known_unsupported_classes() {
-        let c = config(json!([{"name": "o", "use": "langchain_ollama:ChatOllama", "model": "q"}]));
+        let c = config(
+            json!([{"name": "c", "use": "deerflow.models.claude_provider:ClaudeChatModel", "model": "q"}]),
+        );
         let t = validate_models(&c)[0].to_string();
-        assert!(t.contains("Ollama's native API is not supported"), "{t}");
+        assert!(
+            t.contains("Claude Code OAuth credentials are not supported"),
+            "{t}"
+        );
         assert!(t.contains("supported: "), "{t}");
+    }
+
+    #[test]
+    fn gemini_and_ollama_build_with_their_providers() {
+        let c = config(json!([
+            {"name": "g", "use": "langchain_google_genai:ChatGoogleGenerativeAI",
+             "model": "gemini-2.5-pro", "gemini_api_key": "gk"},
+            {"name": "o", "use": "langchain_ollama:ChatOllama", "model": "qwen3:8b",
+             "base_url": "http://localhost:11434"},
+        ]));
+        assert!(validate_models(&c).is_empty(), "{:?}", validate_models(&c));
+        let r = ModelRegistry::from_config(&c).unwrap();
+        assert_eq!(r.get("g").unwrap().info().provider, "google_genai");
+        assert_eq!(r.get("o").unwrap().info().provider, "ollama");
+        let bad = config(
+            json!([{"name": "g", "use": "langchain_google_genai:ChatGoogleGenerativeAI",
+             "model": "gemini-2.5-pro", "client_options": {"api_endpoint": "ftp://x"}}]),
+        );
+        let t = validate_models(&bad)[0].to_string();
+        assert!(
+            t.starts_with("models[0].client_options.api_endpoint: invalid URL"),
+            "{t}"
+        );
     }
 
     #[test]

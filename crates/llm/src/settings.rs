@@ -48,6 +48,14 @@ pub(crate) const CLIENT_ONLY_KEYS: &[&str] = &[
     "anthropic_api_url",
     "anthropic_api_key",
     "betas",
+    "google_api_key",
+    "gemini_api_key",
+    "client_options",
+    "transport",
+    "validate_model_on_init",
+    "client_kwargs",
+    "async_client_kwargs",
+    "sync_client_kwargs",
 ];
 
 /// DeerFlow's declarative `reasoning:` contract (a mapping with `thinking`, `dialect`,

@@ -90,7 +90,8 @@ fn every_problem_is_one_line_with_its_key_path() {
 
 /// DeerFlow's config and extensions files, as DeerFlow users have them (fixtures written
 /// from DeerFlow's documented structure): long comment blocks under list keys, DeerFlow-only
-/// sections, a Gemini and an Ollama model and an image-search tool Fawn does not implement.
+/// sections, Gemini and Ollama models (whose key comes from `$GEMINI_API_KEY`), and a model
+/// class (Codex) and an image-search tool Fawn does not implement.
 pub(crate) fn deerflow_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/deerflow");
@@ -113,6 +114,7 @@ fn a_deerflow_config_loads_and_says_what_it_skips() {
     let out = fawn()
         .current_dir(dir.path())
         .env("FAWN_FIXTURE_OPENAI_KEY", "k")
+        .env("GEMINI_API_KEY", "k")
         .args(["check-config", "config.yaml"])
         .output()
         .unwrap();
@@ -120,12 +122,11 @@ fn a_deerflow_config_loads_and_says_what_it_skips() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
     assert!(
-        stdout.contains("models: 1, tools: 9, MCP servers: 2"),
+        stdout.contains("models: 3, tools: 9, MCP servers: 2"),
         "{stdout}"
     );
     for skipped in [
-        "warning: models[1].use: unsupported model class 'langchain_google_genai:ChatGoogleGenerativeAI'",
-        "warning: models[2].use: unsupported model class 'langchain_ollama:ChatOllama'",
+        "warning: models[3].use: unsupported model class 'deerflow.models.openai_codex_provider:CodexChatModel'",
         "warning: tools[2].use: unknown tool 'deerflow.community.image_search.tools:image_search_tool'",
     ] {
         assert!(
@@ -137,16 +138,13 @@ fn a_deerflow_config_loads_and_says_what_it_skips() {
     let out = fawn()
         .current_dir(dir.path())
         .env("FAWN_FIXTURE_OPENAI_KEY", "k")
+        .env("GEMINI_API_KEY", "k")
         .args(["check-config", "--strict", "config.yaml"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    for unsupported in [
-        "error: models[1].use: ",
-        "error: models[2].use: ",
-        "error: tools[2].use: ",
-    ] {
+    for unsupported in ["error: models[3].use: ", "error: tools[2].use: "] {
         assert!(
             stderr.lines().any(|l| l.starts_with(unsupported)),
             "{unsupported}\n{stderr}"
@@ -179,6 +177,7 @@ fn a_sandbox_provider_fawn_lacks_is_said_out_loud() {
     let out = fawn()
         .current_dir(dir.path())
         .env("FAWN_FIXTURE_OPENAI_KEY", "k")
+        .env("GEMINI_API_KEY", "k")
         .args(["check-config", "config.yaml"])
         .output()
         .unwrap();
@@ -193,6 +192,7 @@ fn a_sandbox_provider_fawn_lacks_is_said_out_loud() {
     let out = fawn()
         .current_dir(dir.path())
         .env("FAWN_FIXTURE_OPENAI_KEY", "k")
+        .env("GEMINI_API_KEY", "k")
         .args(["check-config", "--strict", "config.yaml"])
         .output()
         .unwrap();

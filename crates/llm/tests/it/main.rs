@@ -4,6 +4,8 @@
 
 mod anthropic;
 mod faults;
+mod gemini;
+mod ollama;
 mod openai;
 mod params;
 mod reasoning;

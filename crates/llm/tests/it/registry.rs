@@ -56,7 +56,58 @@ fn unknown_use_lists_every_supported_class() {
         "langchain_anthropic:ChatAnthropic",
         "deerflow.models.patched_deepseek:PatchedChatDeepSeek",
         "deerflow.models.vllm_provider:VllmChatModel",
+        "langchain_google_genai:ChatGoogleGenerativeAI",
+        "langchain_ollama:ChatOllama",
     ] {
         assert!(lines[0].contains(class), "{class}");
     }
+}
+
+/// DeerFlow's Gemini and Ollama entries, as its example config writes them, build and answer.
+#[tokio::test]
+async fn deerflow_gemini_and_ollama_entries_build_and_answer() {
+    let mock = MockLlm::start().await.unwrap();
+    mock.push_all([Turn::text("from gemini"), Turn::text("from ollama")]);
+    let config: AppConfig = serde_json::from_value(json!({"models": [
+        {"name": "gemini-2.5-pro", "display_name": "Gemini 2.5 Pro",
+         "use": "langchain_google_genai:ChatGoogleGenerativeAI", "model": "gemini-2.5-pro",
+         "gemini_api_key": "gk", "timeout": 600.0, "max_retries": 2, "max_tokens": 8192,
+         "context_window": 1048576, "supports_vision": true, "base_url": mock.url()},
+        {"name": "qwen3-local", "display_name": "Qwen3 32B (Ollama)",
+         "use": "langchain_ollama:ChatOllama", "model": "qwen3:32b", "base_url": mock.url(),
+         "num_predict": 8192, "temperature": 0.7, "reasoning": true, "context_window": 32768,
+         "supports_thinking": true, "supports_vision": false},
+    ]}))
+    .unwrap();
+    assert!(
+        validate_models(&config).is_empty(),
+        "{:?}",
+        validate_models(&config)
+    );
+    let registry = ModelRegistry::from_config(&config).unwrap();
+    let g = registry.get("gemini-2.5-pro").unwrap();
+    assert_eq!(g.info().provider, "google_genai");
+    assert_eq!(g.info().context_window, Some(1048576));
+    let o = registry.get("qwen3-local").unwrap();
+    assert_eq!(o.info().provider, "ollama");
+    assert!(o.info().supports_thinking);
+    let ask = crate::support::ask("hi");
+    assert_eq!(g.invoke(ask.clone()).await.unwrap().text(), "from gemini");
+    let r = mock.last_request().unwrap();
+    assert_eq!(r.header("x-goog-api-key"), Some("gk"));
+    assert_eq!(
+        r.json()["generationConfig"],
+        json!({"maxOutputTokens": 8192})
+    );
+    assert!(
+        !r.body_text.contains("gk"),
+        "the key never goes in the body"
+    );
+    assert_eq!(o.invoke(ask).await.unwrap().text(), "from ollama");
+    let b = mock.last_request().unwrap().json().clone();
+    assert_eq!(
+        b["options"],
+        json!({"num_predict": 8192, "temperature": 0.7})
+    );
+    assert_eq!(b["think"], false, "the run asked for no thinking");
 }

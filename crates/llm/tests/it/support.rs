@@ -79,6 +79,43 @@ pub fn claude(mock: &MockLlm, overrides: Value) -> Built {
     )
 }
 
+/// A Gemini model on `mock` (native API, key in `x-goog-api-key`).
+pub fn gemini(mock: &MockLlm, overrides: Value) -> Built {
+    build(
+        json!({
+            "name": "gemini",
+            "use": "langchain_google_genai:ChatGoogleGenerativeAI",
+            "model": "gemini-2.5-flash",
+            "base_url": mock.url(),
+            "api_key": "g-key",
+        }),
+        overrides,
+    )
+}
+
+/// An Ollama model on `mock` (native `/api/chat`).
+pub fn ollama(mock: &MockLlm, overrides: Value) -> Built {
+    build(
+        json!({
+            "name": "ollama",
+            "use": "langchain_ollama:ChatOllama",
+            "model": "qwen3:8b",
+            "base_url": mock.url(),
+        }),
+        overrides,
+    )
+}
+
+/// A tool taking one string `key`.
+pub fn lookup_tool() -> fawn_llm::ToolSpec {
+    fawn_llm::ToolSpec {
+        name: "lookup".into(),
+        description: "Look up a key".into(),
+        parameters: json!({"type": "object", "properties": {"key": {"type": "string"}},
+                           "required": ["key"], "additionalProperties": false}),
+    }
+}
+
 pub fn ask(text: &str) -> ChatRequest {
     ChatRequest {
         messages: vec![Message::system("You are terse."), Message::human(text)].into(),
