@@ -218,3 +218,85 @@ async fn dropped_stream_fails_the_run_and_the_thread_stays_usable() {
         "{out:?}"
     );
 }
+
+/// A model of DeerFlow class `use_` on `mock`, built through the registry.
+fn native_model(
+    mock: &MockLlm,
+    use_: &str,
+    model: &str,
+) -> std::sync::Arc<dyn fawn_llm::ChatModel> {
+    let config: fawn_config::AppConfig = serde_json::from_value(json!({"models": [{
+        "name": "native", "use": use_, "model": model, "base_url": mock.url(),
+        "api_key": "k", "max_retries": 0, "supports_thinking": true,
+    }]}))
+    .unwrap();
+    fawn_llm::ModelRegistry::from_config(&config)
+        .unwrap()
+        .default_model()
+        .unwrap()
+}
+
+/// The lead agent runs a tool-calling turn through the native Gemini and Ollama providers:
+/// the call is executed, its result goes back in each API's own shape, the answer streams.
+#[tokio::test]
+async fn tool_turn_through_native_gemini_and_ollama() {
+    for (use_, model) in [
+        (
+            "langchain_google_genai:ChatGoogleGenerativeAI",
+            "gemini-3-flash",
+        ),
+        ("langchain_ollama:ChatOllama", "qwen3:8b"),
+    ] {
+        let mock = MockLlm::start().await.unwrap();
+        mock.push(Turn::tool_call("echo", json!({"text": "ping"})).with_reasoning("Use echo."));
+        mock.push(Turn::text("All done."));
+        let agent = AgentBuilder::new(native_model(&mock, use_, model))
+            .tool(Echo)
+            .build();
+        let (out, rec) = run(&agent, spec("call echo")).await;
+        ok(&out);
+        let reqs = mock.chat_requests();
+        assert_eq!(reqs.len(), 2, "{use_}");
+        let second = reqs[1].json();
+        if use_.contains("google") {
+            let contents = second["contents"].as_array().unwrap();
+            let call = contents
+                .iter()
+                .flat_map(|c| c["parts"].as_array().unwrap())
+                .find(|p| p.get("functionCall").is_some())
+                .unwrap();
+            assert_eq!(call["functionCall"]["args"], json!({"text": "ping"}));
+            assert!(call["thoughtSignature"].is_string(), "signature replayed");
+            let last = contents.last().unwrap();
+            assert_eq!(
+                last["parts"][0]["functionResponse"],
+                json!({"name": "echo", "response": {"output": "echo: ping"}})
+            );
+            assert!(second["systemInstruction"]["parts"][0]["text"].is_string());
+        } else {
+            let msgs = reqs[1].messages();
+            let n = msgs.len();
+            assert_eq!(
+                msgs[n - 2]["tool_calls"][0]["function"]["arguments"],
+                json!({"text": "ping"})
+            );
+            assert_eq!(msgs[n - 2]["thinking"], "Use echo.");
+            assert_eq!(
+                msgs[n - 1],
+                json!({"role": "tool", "content": "echo: ping", "tool_name": "echo"})
+            );
+            assert_eq!(second["think"], true);
+        }
+        let state = rec.last_state();
+        let tool = &state.messages[2];
+        assert_eq!(tool.kind, MessageKind::Tool, "{use_}");
+        assert_eq!(tool.tool_call_id, state.messages[1].tool_calls[0].id);
+        assert_eq!(state.messages.last().unwrap().text(), "All done.", "{use_}");
+        let streamed = rec
+            .events()
+            .into_iter()
+            .filter(|e| matches!(e, StreamEvent::MessageChunk { .. }))
+            .count();
+        assert!(streamed >= 3, "{use_}: {streamed}");
+    }
+}
