@@ -12,8 +12,16 @@
 //!   `application/octet-stream` otherwise).
 //! * One `Range: bytes=…` range is honoured (206 with `Content-Range`; 416 with
 //!   `Content-Range: bytes */size` when unsatisfiable); several ranges are ignored (200).
-//! * Files are read whole, up to [`MAX_ARTIFACT_BYTES`] (413 beyond). Members of `.skill`
-//!   archives (`x.skill/SKILL.md`) are not served (404).
+//! * Files are read whole, up to [`MAX_ARTIFACT_BYTES`] (413 beyond).
+//! * `…/x.skill/inner/path` reads one member of the `.skill` archive `x.skill` (a ZIP file;
+//!   a *directory* named `x.skill` is an ordinary path), named relative to the archive's
+//!   root or to its single top-level directory (`x.skill/SKILL.md` finds
+//!   `my-skill/SKILL.md`), with the archive rules of [`fawn_tools::skills::archive`]: a
+//!   member name with `..` → 403, otherwise unsafe (absolute, `:`) → 400; symlinks and
+//!   special files are never served; the archive missing → 404, not a ZIP or no such
+//!   member → 404; a member over 16 MiB → 413; an archive over 128 MiB → 413. Members are
+//!   served like files (type, disposition, `Range`) with `Cache-Control: private,
+//!   max-age=300`. Only `GET`: edits refuse archives and their members (415).
 //!
 //! `PUT /api/threads/{id}/artifacts/{path}` `{content, expected_sha256}` replaces an existing
 //! UTF-8 text file under `mnt/user-data/outputs/` (DeerFlow's editor in the artifacts panel):
@@ -47,6 +55,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use fawn_checkpoint::ThreadStatus;
 use fawn_sandbox::{SandboxError, SandboxProvider};
+use fawn_tools::skills::archive::{self, MAX_ARCHIVE_BYTES, MemberError};
 use serde::Deserialize;
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -160,6 +169,60 @@ fn sandbox_error(path: &str, e: SandboxError) -> ApiError {
     }
 }
 
+/// `x.skill/inner/path` → (`x.skill`, `inner/path`): the first `.skill` path segment.
+pub fn split_skill_member(rel: &str) -> Option<(&str, &str)> {
+    let at = rel.find(".skill/")?;
+    let end = at + ".skill".len();
+    Some((&rel[..end], &rel[end + 1..]))
+}
+
+fn member_error(e: MemberError) -> ApiError {
+    match e {
+        MemberError::BadName(_) => ApiError::bad_request(e.to_string()),
+        MemberError::BadArchive(_) | MemberError::NotFound(_) => ApiError::not_found(e.to_string()),
+        MemberError::TooLarge => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, e.to_string()),
+    }
+}
+
+/// A member of the `.skill` archive `archive` (relative virtual path), or `None` when
+/// `archive` is a directory (then the path is an ordinary one).
+async fn skill_member(
+    sandbox: &dyn fawn_sandbox::Sandbox,
+    archive: &str,
+    member: &str,
+) -> ApiResult<Option<Vec<u8>>> {
+    let bytes = match sandbox
+        .read_bytes(&format!("/{archive}"), MAX_ARCHIVE_BYTES)
+        .await
+    {
+        Ok(b) => b,
+        Err(SandboxError::IsADirectory(_)) => return Ok(None),
+        Err(SandboxError::TooLarge(_)) => {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "Skill archive is too large to read (limit {} MiB)",
+                    MAX_ARCHIVE_BYTES / (1024 * 1024)
+                ),
+            ));
+        }
+        Err(SandboxError::NotFound(_) | SandboxError::NotADirectory(_)) => {
+            return Err(ApiError::not_found(format!(
+                "Skill file not found: {archive}"
+            )));
+        }
+        Err(e) => return Err(sandbox_error(archive, e)),
+    };
+    let member = member.to_string();
+    tokio::task::spawn_blocking(move || {
+        archive::read_member(&bytes, &member, archive::MAX_MEMBER_PREVIEW_BYTES)
+    })
+    .await
+    .map_err(|e| ApiError::internal("reading a skill archive", e))?
+    .map(Some)
+    .map_err(member_error)
+}
+
 /// `GET /api/threads/{id}/artifacts/{path}`.
 pub async fn get(
     State(app): State<AppState>,
@@ -188,12 +251,33 @@ pub async fn get(
         return Err(ApiError::not_found(format!("Artifact not found: {rel}")));
     }
     let sandbox = thread_sandbox(&app, &thread_id).await?;
+    let range = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
+    if let Some((archive, member)) = split_skill_member(rel)
+        && let Some(bytes) = skill_member(sandbox.as_ref(), archive, member).await?
+    {
+        let name = member.rsplit('/').next().unwrap_or(member);
+        return file_response(bytes, name, download, range, SKILL_MEMBER_CACHE);
+    }
     let virtual_path = format!("/{rel}");
     let bytes = sandbox
         .read_bytes(&virtual_path, MAX_ARTIFACT_BYTES)
         .await
         .map_err(|e| sandbox_error(rel, e))?;
     let name = rel.rsplit('/').next().unwrap_or(rel);
+    file_response(bytes, name, download, range, "no-cache")
+}
+
+/// `Cache-Control` of archive members (DeerFlow's: they are extracted on every read).
+const SKILL_MEMBER_CACHE: &str = "private, max-age=300";
+
+/// The answer for a file's bytes: type, disposition and one `Range`.
+fn file_response(
+    bytes: Vec<u8>,
+    name: &str,
+    download: bool,
+    range: Option<&str>,
+    cache_control: &'static str,
+) -> ApiResult<Response> {
     let head = &bytes[..bytes.len().min(8192)];
     let (mime, active) = content_type(name, head);
     let kind = if active || download {
@@ -202,14 +286,11 @@ pub async fn get(
         "inline"
     };
     let size = bytes.len() as u64;
-    let range = parse_range(
-        headers.get(header::RANGE).and_then(|v| v.to_str().ok()),
-        size,
-    );
+    let range = parse_range(range, size);
     let mut builder = Response::builder()
         .header(header::ACCEPT_RANGES, "bytes")
         .header(header::X_CONTENT_TYPE_OPTIONS, "nosniff")
-        .header(header::CACHE_CONTROL, "no-cache");
+        .header(header::CACHE_CONTROL, cache_control);
     if let Ok(v) = HeaderValue::from_str(&disposition(kind, name)) {
         builder = builder.header(header::CONTENT_DISPOSITION, v);
     }

@@ -8,12 +8,14 @@
 //! | `/api/v1/auth/*` | [`crate::auth::routes`] |
 //! | `POST /api/threads/{id}/uploads`, `GET …/uploads/list`, `GET …/uploads/limits`, `DELETE …/uploads/{filename}` | [`uploads`] |
 //! | `GET\|PUT /api/threads/{id}/artifacts/{path}` | [`artifacts`] |
-//! | `GET /api/skills`, `GET\|PUT /api/skills/{name}`, `POST /api/skills/reload` | [`skills`] |
+//! | `GET /api/skills`, `GET\|PUT /api/skills/{name}`, `POST /api/skills/reload`, `GET /api/skills/custom`, `GET\|PUT\|DELETE /api/skills/custom/{name}`, `GET …/history`, `POST …/rollback` | [`skills`] |
+//! | `POST /api/skills/install` | [`skill_install`] |
 //! | `GET\|PUT\|PATCH /api/mcp/config`, `POST /api/mcp/cache/reset` | [`mcp`] |
 //! | `GET\|DELETE /api/memory`, `POST /api/memory/reload`, facts CRUD, export/import, config, status | [`memory`] |
 //! | `GET /api/threads/{id}/messages/page`, `GET …/token-usage`, suggestions | [`threads`] |
 //!
-//! Admin only, as in DeerFlow: skill toggles and reload, MCP config writes, MCP cache reset.
+//! Admin only, as in DeerFlow: skill toggles, reload and install, reading and changing custom
+//! skills (listing them is for everyone), MCP config writes, MCP cache reset.
 //! Thread routes check that the caller owns the thread; memory, custom agents and the user
 //! profile are the caller's own.
 //!
@@ -31,6 +33,7 @@ pub mod config;
 pub mod files;
 pub mod mcp;
 pub mod memory;
+pub mod skill_install;
 pub mod skills;
 pub mod threads;
 pub mod uploads;
@@ -129,6 +132,29 @@ pub fn routes(state: &AppState) -> Routes {
         )
         .route("/skills", &[(Get, User)], get(skills::list))
         .route("/skills/reload", &[(Post, Admin)], post(skills::reload))
+        .route(
+            "/skills/install",
+            &[(Post, Admin)],
+            post(skill_install::install),
+        )
+        .route("/skills/custom", &[(Get, User)], get(skills::list_custom))
+        .route(
+            "/skills/custom/{name}",
+            &[(Get, Admin), (Put, Admin), (Delete, Admin)],
+            get(skills::get_custom)
+                .put(skills::put_custom)
+                .delete(skills::delete_custom),
+        )
+        .route(
+            "/skills/custom/{name}/history",
+            &[(Get, Admin)],
+            get(skills::history),
+        )
+        .route(
+            "/skills/custom/{name}/rollback",
+            &[(Post, Admin)],
+            post(skills::rollback),
+        )
         .route(
             "/skills/{name}",
             &[(Get, User), (Put, Admin)],
