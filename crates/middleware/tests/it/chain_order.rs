@@ -27,6 +27,7 @@ fn lead_chain_default_options() {
             "SandboxMiddleware",
             "DanglingToolCallMiddleware",
             "LLMErrorHandlingMiddleware",
+            "ReadBeforeWriteMiddleware",
             "ToolErrorHandlingMiddleware",
             "DynamicContextMiddleware",
             "TitleMiddleware",
@@ -60,6 +61,7 @@ fn lead_chain_everything_on() {
             "SandboxMiddleware",
             "DanglingToolCallMiddleware",
             "LLMErrorHandlingMiddleware",
+            "ReadBeforeWriteMiddleware",
             "ToolErrorHandlingMiddleware",
             "DynamicContextMiddleware",
             "DeerFlowSummarizationMiddleware",
@@ -113,6 +115,7 @@ fn subagent_chain() {
             "SandboxMiddleware",
             "DanglingToolCallMiddleware",
             "LLMErrorHandlingMiddleware",
+            "ReadBeforeWriteMiddleware",
             "ToolErrorHandlingMiddleware",
             "ViewImageMiddleware",
             "LoopDetectionMiddleware",
@@ -206,6 +209,7 @@ fn hook_order() {
         wrappers(Hook::WrapToolCall),
         [
             "SandboxMiddleware",
+            "ReadBeforeWriteMiddleware",
             "ToolErrorHandlingMiddleware",
             "TodoMiddleware",
             "ClarificationMiddleware"
