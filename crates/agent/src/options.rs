@@ -110,9 +110,20 @@ pub struct AgentProfile {
     pub reasoning_effort: Option<String>,
     /// Subagent types this agent may delegate to (`[]` disables delegation).
     pub allowed_subagents: Option<Vec<String>>,
+    /// Sampling overrides for this agent's model calls.
+    pub model_settings: Option<AgentModelSettings>,
     /// `SOUL.md`, trimmed; `None` when absent or empty.
     #[serde(skip)]
     pub soul: Option<String>,
+}
+
+/// A custom agent's `model_settings`: layered over the model's own settings for every call
+/// of its runs (the gateway validates the ranges when it writes them).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct AgentModelSettings {
+    pub temperature: Option<f64>,
+    pub max_tokens: Option<u32>,
 }
 
 /// DeerFlow's agent-name rule: `^[A-Za-z0-9-]+$`.
@@ -218,6 +229,7 @@ pub async fn load_agent(
                             | "thinking_enabled"
                             | "reasoning_effort"
                             | "allowed_subagents"
+                            | "model_settings"
                     )
                 });
                 serde_json::from_value(Value::Object(o)).map_err(|e| {
@@ -371,6 +383,12 @@ pub fn resolve_options(
         agent_name,
         is_bootstrap: flag(cfg, "is_bootstrap"),
         recursion_limit: resolve_recursion_limit(recursion_limit, settings.app.max_recursion_limit),
+        temperature: agent
+            .and_then(|a| a.model_settings.as_ref())
+            .and_then(|m| m.temperature),
+        max_tokens: agent
+            .and_then(|a| a.model_settings.as_ref())
+            .and_then(|m| m.max_tokens),
     };
     Ok(ResolvedRun {
         options,

@@ -149,6 +149,10 @@ pub struct RunOptions {
     pub is_bootstrap: bool,
     /// DeerFlow's `recursion_limit` after default (100) and clamp (`max_recursion_limit`).
     pub recursion_limit: u32,
+    /// A custom agent's `model_settings.temperature`, sent with every model call.
+    pub temperature: Option<f64>,
+    /// A custom agent's `model_settings.max_tokens`, sent with every model call.
+    pub max_tokens: Option<u32>,
 }
 
 /// Everything about one run that hooks may read. Built by the agent for each run.

@@ -469,8 +469,8 @@ impl<'a> Loop<'a> {
             model: self.ctx.model.clone(),
             thinking_enabled: self.ctx.options.thinking_enabled,
             reasoning_effort: self.ctx.options.reasoning_effort.clone(),
-            max_tokens: None,
-            temperature: None,
+            max_tokens: self.ctx.options.max_tokens,
+            temperature: self.ctx.options.temperature,
             extra: Map::new(),
         };
         let invoker = model::ModelInvoker {

@@ -278,7 +278,7 @@ async fn custom_agent_run_uses_its_soul_and_model_and_missing_agent_fails_the_ru
         home.path(),
         "alice",
         "poet",
-        "model: second\n",
+        "model: second\nmodel_settings: {temperature: 0.3, max_tokens: 123}\n",
         Some("Write in verse & rhyme."),
     );
     let first = scripted([ScriptedTurn::text("never used")]);
@@ -308,6 +308,8 @@ async fn custom_agent_run_uses_its_soul_and_model_and_missing_agent_fails_the_ru
         !req.thinking_enabled,
         "the second model does not support thinking"
     );
+    // The agent's model_settings go with every call of its runs.
+    assert_eq!((req.temperature, req.max_tokens), (Some(0.3), Some(123)));
 
     let mut sp = spec("hello");
     sp.context = obj(json!({"agent_name": "nobody"}));
