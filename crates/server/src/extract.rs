@@ -291,15 +291,45 @@ fn path_rejection(rejection: axum::extract::rejection::PathRejection) -> ApiErro
     }
 }
 
-/// Checks that a path id is a UUID (`Invalid thread ID: must be a UUID` → 422) and returns
-/// it in canonical lowercase hyphenated form.
+tokio::task_local! {
+    /// Set while a request that came in under `/api` or `/api/langgraph` is handled.
+    static DEERFLOW_IDS: ();
+}
+
+/// Middleware of the `/api` and `/api/langgraph` mounts: there, thread ids may also be
+/// DeerFlow's plain ids (`^[A-Za-z0-9_-]{1,64}$`), as its gateway accepts; at `/` the
+/// LangGraph contract (UUIDs only) holds.
+pub async fn deerflow_ids(req: Request, next: axum::middleware::Next) -> axum::response::Response {
+    DEERFLOW_IDS.scope((), next.run(req)).await
+}
+
+/// Checks that an id is a UUID (`Invalid thread ID: must be a UUID` → 422) and returns it in
+/// canonical lowercase hyphenated form. Under `/api` (see [`deerflow_ids`]) a thread id may
+/// also be a DeerFlow plain id, kept as it is.
 pub fn uuid_param(kind: &str, raw: &str) -> Result<String, ApiError> {
-    match uuid::Uuid::parse_str(raw.trim()) {
-        Ok(u) => Ok(u.hyphenated().to_string()),
-        Err(_) => Err(ApiError::unprocessable(format!(
-            "Invalid {kind} ID: must be a UUID"
-        ))),
+    if let Ok(u) = uuid::Uuid::parse_str(raw.trim()) {
+        return Ok(u.hyphenated().to_string());
     }
+    if kind == "thread" && DEERFLOW_IDS.try_with(|_| ()).is_ok() {
+        return deerflow_thread_id(raw);
+    }
+    Err(ApiError::unprocessable(format!(
+        "Invalid {kind} ID: must be a UUID"
+    )))
+}
+
+/// A thread id as DeerFlow accepts it: a UUID (canonicalised, as the LangGraph routes store
+/// it) or `^[A-Za-z0-9_-]{1,64}$`; anything else is a 422.
+pub fn deerflow_thread_id(raw: &str) -> Result<String, ApiError> {
+    if let Ok(u) = uuid::Uuid::parse_str(raw.trim()) {
+        return Ok(u.hyphenated().to_string());
+    }
+    if fawn_sandbox::valid_thread_id(raw) {
+        return Ok(raw.to_string());
+    }
+    Err(ApiError::unprocessable(
+        "Invalid thread ID: must be a UUID or match ^[A-Za-z0-9_-]{1,64}$",
+    ))
 }
 
 /// The mount prefix the request came in on (`""`, `/api` or `/api/langgraph`), so that

@@ -41,7 +41,7 @@ pub mod uploads;
 use crate::app::AppState;
 use crate::auth::routes as auth;
 use crate::authz::{M, Routes, Who};
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{delete, get, post};
 
@@ -231,18 +231,9 @@ pub fn routes(state: &AppState) -> Routes {
         )
 }
 
-/// A thread id in a gateway path: a UUID (canonicalised, as the LangGraph routes store
-/// it) or DeerFlow's `^[A-Za-z0-9_-]{1,64}$`; anything else is a 422.
+/// A thread id in a gateway path: see [`crate::extract::deerflow_thread_id`].
 pub fn thread_param(raw: &str) -> ApiResult<String> {
-    if let Ok(u) = uuid::Uuid::parse_str(raw.trim()) {
-        return Ok(u.hyphenated().to_string());
-    }
-    if fawn_sandbox::valid_thread_id(raw) {
-        return Ok(raw.to_string());
-    }
-    Err(ApiError::unprocessable(
-        "Invalid thread ID: must be a UUID or match ^[A-Za-z0-9_-]{1,64}$",
-    ))
+    crate::extract::deerflow_thread_id(raw)
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The LangGraph Platform API router, mounted at `/`, `/api/langgraph` and `/api`; under
 //! `/api` it is merged with DeerFlow's gateway routes ([`crate::gateway`]). Every route
-//! declares who may call it ([`crate::authz`]).
+//! declares who may call it ([`crate::authz`]). Under the two `/api` mounts thread ids may
+//! also be DeerFlow's plain ids ([`crate::extract::deerflow_ids`]); at `/` they are UUIDs.
 
 pub mod assistants;
 pub mod crons;
@@ -228,11 +229,17 @@ pub fn router(state: AppState) -> Router {
     let gateway = crate::gateway::routes(&state)
         .into_router()
         .method_not_allowed_fallback(method_not_allowed_fallback);
-    let with_gateway = api.clone().merge(gateway);
+    let with_gateway = api
+        .clone()
+        .merge(gateway)
+        .layer(axum::middleware::from_fn(crate::extract::deerflow_ids));
     let cors = crate::access::cors(&state.access);
     Router::new()
         .merge(api.clone())
-        .nest("/api/langgraph", api)
+        .nest(
+            "/api/langgraph",
+            api.layer(axum::middleware::from_fn(crate::extract::deerflow_ids)),
+        )
         .nest("/api", with_gateway)
         .fallback(not_found_fallback)
         .layer(axum::Extension(BodyLimit(state.body_limit)))

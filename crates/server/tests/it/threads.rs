@@ -3,7 +3,11 @@
 use crate::helpers::*;
 use serde_json::{Value, json};
 
-backends!(thread_crud_search_copy_prune, thread_state_and_history);
+backends!(
+    thread_crud_search_copy_prune,
+    thread_state_and_history,
+    deerflow_thread_ids_work_under_api_only,
+);
 
 async fn thread_crud_search_copy_prune(db: Db) {
     let Some(app) = spawn_app(db).await else {
@@ -311,5 +315,64 @@ async fn thread_state_and_history(db: Db) {
     assert_eq!(r.status(), 204);
     let (_, st) = app.get_json(&format!("/threads/{tid}/state")).await;
     assert_eq!(st["metadata"]["starred"], true);
+    app.stop().await;
+}
+
+/// DeerFlow's plain thread ids (`^[A-Za-z0-9_-]{1,64}$`) work on every thread route under
+/// `/api` and `/api/langgraph`; at `/` the LangGraph contract (UUIDs) holds.
+async fn deerflow_thread_ids_work_under_api_only(db: Db) {
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    let (s, v) = app
+        .post_json("/threads", json!({"thread_id": "my_thread-1"}))
+        .await;
+    assert_eq!(
+        (s, &v["detail"]),
+        (422, &json!("Invalid thread ID: must be a UUID"))
+    );
+    let (s, t) = app
+        .post_json("/api/threads", json!({"thread_id": "my_thread-1"}))
+        .await;
+    assert_eq!((s, &t["thread_id"]), (200, &json!("my_thread-1")), "{t}");
+    weather_script(&app.mock);
+    let (s, out) = app
+        .post_json(
+            "/api/threads/my_thread-1/runs/wait",
+            json!({"assistant_id": "lead_agent", "input": user_input("weather?")}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
+    for base in ["/api", "/api/langgraph"] {
+        let (s, st) = app
+            .get_json(&format!("{base}/threads/my_thread-1/state"))
+            .await;
+        assert_eq!(s, 200, "{st}");
+        let msgs = st["values"]["messages"].as_array().unwrap();
+        assert_eq!(
+            msgs.last().unwrap()["content"],
+            "The weather in Paris is sunny."
+        );
+        let (s, runs) = app
+            .get_json(&format!("{base}/threads/my_thread-1/runs"))
+            .await;
+        assert_eq!((s, runs.as_array().map(Vec::len)), (200, Some(1)));
+    }
+    let (s, v) = app.get_json("/threads/my_thread-1").await;
+    assert_eq!(
+        (s, &v["detail"]),
+        (422, &json!("Invalid thread ID: must be a UUID"))
+    );
+    for bad in ["a.b", "x%2Fy", &"x".repeat(65)] {
+        let (s, v) = app.get_json(&format!("/api/threads/{bad}")).await;
+        assert_eq!(s, 422, "{bad}: {v}");
+        assert_eq!(
+            v["detail"],
+            "Invalid thread ID: must be a UUID or match ^[A-Za-z0-9_-]{1,64}$"
+        );
+    }
+    assert_eq!(app.delete("/api/threads/my_thread-1").await, 204);
+    let (s, _) = app.get_json("/api/threads/my_thread-1").await;
+    assert_eq!(s, 404);
     app.stop().await;
 }
