@@ -259,7 +259,22 @@ pub trait CronStore: Send + Sync {
         now: DateTime<Utc>,
         limit: u64,
         next: &(dyn for<'c> Fn(&'c Cron) -> Option<DateTime<Utc>> + Send + Sync),
+    ) -> Result<Vec<Cron>> {
+        self.claim_due_crons_of(now, limit, CronKinds::All, next)
+            .await
+    }
+    /// [`CronStore::claim_due_crons`] restricted to plain crons or to scheduled tasks.
+    async fn claim_due_crons_of(
+        &self,
+        now: DateTime<Utc>,
+        limit: u64,
+        kinds: CronKinds,
+        next: &(dyn for<'c> Fn(&'c Cron) -> Option<DateTime<Utc>> + Send + Sync),
     ) -> Result<Vec<Cron>>;
+    /// The runs a cron created (`metadata.cron_id`), newest first, with their total.
+    async fn cron_runs(&self, cron_id: &str, limit: u64, offset: u64) -> Result<Page<Run>>;
+    /// Pending or running runs created by scheduled tasks (`metadata.scheduled_task_id`).
+    async fn count_active_task_runs(&self) -> Result<u64>;
 }
 
 /// The long-term key/value store (`/store/*`).

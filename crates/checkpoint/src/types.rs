@@ -496,6 +496,9 @@ pub struct Cron {
     /// `delete` | `keep` (stateless crons), `None` for thread crons.
     pub on_run_completed: Option<String>,
     pub enabled: bool,
+    /// A DeerFlow scheduled task carried by this cron (its title, prompt, schedule as
+    /// written, …); `None` for a plain LangGraph cron.
+    pub task: Option<JsonMap>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -514,6 +517,8 @@ pub struct NewCron {
     pub metadata: JsonMap,
     pub on_run_completed: Option<String>,
     pub enabled: bool,
+    /// See [`Cron::task`].
+    pub task: Option<JsonMap>,
 }
 
 /// `PATCH /runs/crons/{id}`: `None` keeps the current value.
@@ -528,6 +533,10 @@ pub struct CronPatch {
     pub metadata: Option<JsonMap>,
     pub on_run_completed: Option<Option<String>>,
     pub enabled: Option<bool>,
+    /// The thread each tick runs on (`Some(None)`: a fresh thread per tick).
+    pub thread_id: Option<Option<String>>,
+    /// Replaces the task (see [`Cron::task`]).
+    pub task: Option<JsonMap>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -538,6 +547,19 @@ pub struct CronFilter {
     pub user_id: Option<String>,
     pub enabled: Option<bool>,
     pub metadata: Option<JsonMap>,
+    /// `Some(true)`: only crons carrying a scheduled task; `Some(false)`: only plain ones.
+    pub task: Option<bool>,
+}
+
+/// Which due crons a claim takes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CronKinds {
+    #[default]
+    All,
+    /// Plain LangGraph crons only.
+    Plain,
+    /// Crons carrying a scheduled task only.
+    Tasks,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -2,18 +2,19 @@
 //! one (Postgres: `FOR UPDATE SKIP LOCKED`; SQLite: the single writer).
 
 use super::db::{Arg, DbErr, DbResult, Row, Sql, retry};
-use super::{Select, SqlStore, Where, clamp_i64, dir};
+use super::{Select, SqlStore, Where, clamp_i64, dir, run_cols, run_from_row};
 use crate::ids::{self, new_uuid7};
 use crate::json::merge_shallow;
 use crate::types::*;
 use crate::{CronStore, Result};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use serde_json::Value;
 
 macro_rules! cron_cols {
     () => {
         "cron_id, assistant_id, thread_id, user_id, schedule, timezone, end_time, payload, \
-         next_run_date, metadata, on_run_completed, enabled, created_at, updated_at"
+         next_run_date, metadata, on_run_completed, enabled, task, created_at, updated_at"
     };
 }
 
@@ -31,6 +32,11 @@ fn cron_from_row(r: &Row) -> DbResult<Cron> {
         metadata: r.map("metadata")?,
         on_run_completed: r.opt_text("on_run_completed")?,
         enabled: r.boolean("enabled")?,
+        task: match r.opt_json("task")? {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(m)) => Some(m),
+            Some(_) => return Err(DbErr::corrupt("crons.task is not a JSON object")),
+        },
         created_at: r.ts("created_at")?,
         updated_at: r.ts("updated_at")?,
     })
@@ -59,7 +65,19 @@ fn cron_filter(store: &SqlStore, filter: &CronFilter) -> Where {
     if let Some(m) = &filter.metadata {
         w.contains("metadata", m);
     }
+    match filter.task {
+        Some(true) => w.clause("task IS NOT NULL"),
+        Some(false) => w.clause("task IS NULL"),
+        None => {}
+    }
     w
+}
+
+fn task_arg(task: Option<&JsonMap>) -> Arg {
+    match task {
+        Some(t) => Arg::json_map(t),
+        None => Arg::opt_json(None),
+    }
 }
 
 impl SqlStore {
@@ -71,7 +89,7 @@ impl SqlStore {
                 Sql::new(concat!(
                     "INSERT INTO crons (",
                     cron_cols!(),
-                    ") VALUES ($1, $2, $3, $13, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12) ",
+                    ") VALUES ($1, $2, $3, $13, $4, $5, $6, $7, $8, $9, $10, $11, $14, $12, $12) ",
                     "RETURNING ",
                     cron_cols!()
                 ))
@@ -87,7 +105,8 @@ impl SqlStore {
                 .bind(cron.on_run_completed.clone())
                 .bind(cron.enabled)
                 .arg(Arg::ts(now))
-                .bind(cron.user_id.clone()),
+                .bind(cron.user_id.clone())
+                .arg(task_arg(cron.task.as_ref())),
             )
             .await;
         match row {
@@ -150,12 +169,18 @@ impl SqlStore {
         if let Some(e) = patch.enabled {
             c.enabled = e;
         }
+        if let Some(t) = &patch.thread_id {
+            c.thread_id = t.clone();
+        }
+        if let Some(t) = &patch.task {
+            c.task = Some(t.clone());
+        }
         let row = tx
             .opt(
                 Sql::new(concat!(
                     "UPDATE crons SET schedule = $2, timezone = $3, end_time = $4, payload = $5, ",
                     "next_run_date = $6, metadata = $7, on_run_completed = $8, enabled = $9, ",
-                    "updated_at = $10 WHERE cron_id = $1 RETURNING ",
+                    "updated_at = $10, thread_id = $11, task = $12 WHERE cron_id = $1 RETURNING ",
                     cron_cols!()
                 ))
                 .bind(cron_id)
@@ -167,7 +192,9 @@ impl SqlStore {
                 .arg(Arg::json_map(&c.metadata))
                 .bind(c.on_run_completed.clone())
                 .bind(c.enabled)
-                .arg(Arg::ts(ids::now())),
+                .arg(Arg::ts(ids::now()))
+                .bind(c.thread_id.clone())
+                .arg(task_arg(c.task.as_ref())),
             )
             .await?
             .ok_or_else(|| not_found(cron_id))?;
@@ -214,28 +241,29 @@ impl SqlStore {
         &self,
         now: DateTime<Utc>,
         limit: u64,
+        kinds: CronKinds,
         next: &(dyn for<'c> Fn(&'c Cron) -> Option<DateTime<Utc>> + Send + Sync),
     ) -> DbResult<Vec<Cron>> {
-        let select = self.dialect().pick(
+        let kind = match kinds {
+            CronKinds::All => "",
+            CronKinds::Plain => "AND task IS NULL ",
+            CronKinds::Tasks => "AND task IS NOT NULL ",
+        };
+        let lock = self.dialect().pick("", " FOR UPDATE SKIP LOCKED");
+        let select = format!(
             concat!(
                 "SELECT ",
                 cron_cols!(),
                 " FROM crons WHERE enabled = TRUE AND next_run_date IS NOT NULL ",
                 "AND next_run_date <= $1 AND (end_time IS NULL OR next_run_date <= end_time) ",
-                "ORDER BY next_run_date, cron_id LIMIT $2"
+                "{}ORDER BY next_run_date, cron_id LIMIT $2{}"
             ),
-            concat!(
-                "SELECT ",
-                cron_cols!(),
-                " FROM crons WHERE enabled = TRUE AND next_run_date IS NOT NULL ",
-                "AND next_run_date <= $1 AND (end_time IS NULL OR next_run_date <= end_time) ",
-                "ORDER BY next_run_date, cron_id LIMIT $2 FOR UPDATE SKIP LOCKED"
-            ),
+            kind, lock
         );
         let mut tx = self.db.begin().await?;
         let due = tx
             .all(
-                Sql::new(select)
+                Sql::dynamic(select, Vec::new())
                     .arg(Arg::ts(now))
                     .bind(clamp_i64(if limit == 0 { u64::MAX } else { limit })),
             )
@@ -256,6 +284,44 @@ impl SqlStore {
         }
         tx.commit().await?;
         Ok(due)
+    }
+}
+
+impl SqlStore {
+    async fn cron_runs_once(&self, cron_id: &str, limit: u64, offset: u64) -> DbResult<Page<Run>> {
+        // The expression the `runs_cron` index is built on.
+        let key = self.dialect().pick(
+            "json_extract(metadata, '$.cron_id')",
+            "(metadata ->> 'cron_id')",
+        );
+        let mut w = Where::new(self.dialect());
+        w.eq(key, cron_id);
+        self.search_page(
+            Select {
+                cols: run_cols!(),
+                from: "runs",
+                order: "created_at DESC, seq DESC",
+            },
+            w,
+            limit,
+            offset,
+            run_from_row,
+        )
+        .await
+    }
+
+    async fn count_active_task_runs_once(&self) -> DbResult<u64> {
+        let sql = self.dialect().pick(
+            "SELECT COUNT(*) AS n FROM runs WHERE status IN ('pending', 'running') \
+             AND json_extract(metadata, '$.scheduled_task_id') IS NOT NULL",
+            "SELECT COUNT(*) AS n FROM runs WHERE status IN ('pending', 'running') \
+             AND (metadata ->> 'scheduled_task_id') IS NOT NULL",
+        );
+        let row = self.db.read_opt(Sql::new(sql)).await?;
+        Ok(match row {
+            Some(r) => u64::try_from(r.int("n")?).unwrap_or(0),
+            None => 0,
+        })
     }
 }
 
@@ -288,12 +354,21 @@ impl CronStore for SqlStore {
 
     /// Returns the claimed crons as they were when due: `next_run_date` is the tick being
     /// fired (the stored row already points at the following one).
-    async fn claim_due_crons(
+    async fn claim_due_crons_of(
         &self,
         now: DateTime<Utc>,
         limit: u64,
+        kinds: CronKinds,
         next: &(dyn for<'c> Fn(&'c Cron) -> Option<DateTime<Utc>> + Send + Sync),
     ) -> Result<Vec<Cron>> {
-        retry!(self.claim_due_crons_once(now, limit, next))
+        retry!(self.claim_due_crons_once(now, limit, kinds, next))
+    }
+
+    async fn cron_runs(&self, cron_id: &str, limit: u64, offset: u64) -> Result<Page<Run>> {
+        retry!(self.cron_runs_once(cron_id, limit, offset))
+    }
+
+    async fn count_active_task_runs(&self) -> Result<u64> {
+        retry!(self.count_active_task_runs_once())
     }
 }

@@ -622,6 +622,11 @@ fn migrator(dialect: Dialect) -> Migrator {
                 "users and api keys",
                 include_str!("../../../../migrations/sqlite/0004_users.sql"),
             ),
+            (
+                5,
+                "cron tasks",
+                include_str!("../../../../migrations/sqlite/0005_cron_tasks.sql"),
+            ),
         ],
         Dialect::Postgres => &[
             (
@@ -663,6 +668,11 @@ fn migrator(dialect: Dialect) -> Migrator {
                 8,
                 "users and api keys",
                 include_str!("../../../../migrations/postgres/0008_users.sql"),
+            ),
+            (
+                9,
+                "cron tasks",
+                include_str!("../../../../migrations/postgres/0009_cron_tasks.sql"),
             ),
         ],
     };

@@ -5,7 +5,11 @@ use serde_json::json;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-conformance!(store: cron_crud_search_count, cron_claims_never_double_fire);
+conformance!(
+    store: cron_crud_search_count,
+    cron_claims_never_double_fire,
+    crons_carry_tasks_and_list_their_runs
+);
 
 fn cron(assistant: &str, thread: Option<&str>, next: Option<DateTime<Utc>>) -> NewCron {
     NewCron {
@@ -292,4 +296,142 @@ async fn cron_claims_never_double_fire(db: Arc<dyn Persistence>) {
             .unwrap()
             .is_empty()
     );
+}
+
+/// A cron carrying a scheduled task: the task round-trips, filters and claims tell the two
+/// kinds apart, a patch moves it between threads, and the runs it created are listed.
+async fn crons_carry_tasks_and_list_their_runs(db: Arc<dyn Persistence>) {
+    let now = ids_now();
+    let plain = db.create_cron(cron("a", None, Some(now))).await.unwrap();
+    assert_eq!(plain.task, None);
+    let task = obj(json!({"title": "Daily digest", "schedule_spec": {"cron": "0 9 * * *"}}));
+    let t = db
+        .create_cron(NewCron {
+            user_id: Some("alice".into()),
+            task: Some(task.clone()),
+            ..cron("a", None, Some(now))
+        })
+        .await
+        .unwrap();
+    assert_eq!(t.task, Some(task.clone()));
+    assert_eq!(db.get_cron(&t.cron_id).await.unwrap(), Some(t.clone()));
+    let only = |task| CronQuery {
+        filter: CronFilter {
+            task,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let ids = |crons: Vec<Cron>| crons.into_iter().map(|c| c.cron_id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(db.search_crons(&only(Some(true))).await.unwrap().items),
+        [t.cron_id.as_str()]
+    );
+    assert_eq!(
+        ids(db.search_crons(&only(Some(false))).await.unwrap().items),
+        [plain.cron_id.as_str()]
+    );
+    assert_eq!(db.search_crons(&only(None)).await.unwrap().total, 2);
+
+    // A patch replaces the task and can move the cron onto a thread and back.
+    let tid = db
+        .create_thread(NewThread::default())
+        .await
+        .unwrap()
+        .thread_id;
+    let task2 = obj(json!({"title": "Weekly digest"}));
+    let moved = db
+        .update_cron(
+            &t.cron_id,
+            CronPatch {
+                thread_id: Some(Some(tid.clone())),
+                task: Some(task2.clone()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (moved.thread_id.as_deref(), moved.task.as_ref()),
+        (Some(tid.as_str()), Some(&task2))
+    );
+    let back = db
+        .update_cron(
+            &t.cron_id,
+            CronPatch {
+                thread_id: Some(None),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!((back.thread_id, back.task), (None, Some(task2)));
+
+    // Claims by kind.
+    let tasks = db
+        .claim_due_crons_of(now, 10, CronKinds::Tasks, &|_c: &Cron| None)
+        .await
+        .unwrap();
+    assert_eq!(ids(tasks), [t.cron_id.as_str()]);
+    let plains = db
+        .claim_due_crons_of(now, 10, CronKinds::Plain, &|_c: &Cron| None)
+        .await
+        .unwrap();
+    assert_eq!(ids(plains), [plain.cron_id.as_str()]);
+    assert!(
+        db.claim_due_crons(now, 10, &|_c: &Cron| None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // Runs it created, newest first, paged; other runs are not its.
+    let mut made = Vec::new();
+    for meta in [
+        json!({"cron_id": t.cron_id, "scheduled_task_id": t.cron_id}),
+        json!({"cron_id": plain.cron_id}),
+        json!({"cron_id": t.cron_id, "scheduled_task_id": t.cron_id}),
+        json!({}),
+    ] {
+        let r = db
+            .create_run(NewRun {
+                thread_id: new_id(),
+                assistant_id: "a".into(),
+                metadata: obj(meta),
+                create_thread_if_missing: Some(obj(json!({}))),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .run;
+        made.push(r.run_id);
+    }
+    let page = db.cron_runs(&t.cron_id, 0, 0).await.unwrap();
+    assert_eq!(page.total, 2);
+    assert_eq!(
+        page.items
+            .iter()
+            .map(|r| r.run_id.clone())
+            .collect::<Vec<_>>(),
+        [made[2].clone(), made[0].clone()]
+    );
+    let second = db.cron_runs(&t.cron_id, 1, 1).await.unwrap();
+    assert_eq!(
+        (second.total, second.items[0].run_id.clone()),
+        (2, made[0].clone())
+    );
+    assert_eq!(db.cron_runs(&plain.cron_id, 10, 0).await.unwrap().total, 1);
+    assert_eq!(db.cron_runs("nope", 10, 0).await.unwrap().total, 0);
+    // Both task runs are pending: active.
+    assert_eq!(db.count_active_task_runs().await.unwrap(), 2);
+    db.cancel_runs(
+        &CancelTarget::Runs {
+            thread_id: None,
+            run_ids: vec![made[0].clone()],
+        },
+        CancelAction::Interrupt,
+    )
+    .await
+    .unwrap();
+    assert_eq!(db.count_active_task_runs().await.unwrap(), 1);
 }

@@ -118,6 +118,7 @@ async fn create_cron(
             on_run_completed: thread_id.is_none().then(|| on_run_completed.to_string()),
             enabled,
             user_id: principal.scope().map(str::to_string),
+            task: None,
         })
         .await
         .map_err(|e| ApiError::store("creating the cron", e))?;
@@ -328,6 +329,7 @@ pub async fn search(
                 enabled: b.enabled,
                 metadata: b.metadata,
                 user_id: principal.scope().map(str::to_string),
+                task: None,
             },
             limit,
             offset,
@@ -372,6 +374,7 @@ pub async fn count(
             enabled: None,
             metadata: b.metadata,
             user_id: principal.scope().map(str::to_string),
+            task: None,
         })
         .await
         .map_err(|e| ApiError::store("counting crons", e))?;
