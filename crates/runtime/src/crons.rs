@@ -1,11 +1,15 @@
 //! Cron jobs: 5-field schedules (croner), IANA time zones, `end_time`, `enabled`; the
 //! scheduler claims due crons through the store (so two processes never fire the same tick)
 //! and creates each tick's run through the same normalisation as every other run.
+//!
+//! DeerFlow's scheduled tasks are crons too (see [`crate::scheduled`]): the same claim fires
+//! them, when `scheduler.enabled` is on, within `scheduler.max_concurrent_runs`.
 
-use crate::create::{RunCreate, RunTarget, create_run};
+use crate::create::{CreatedRun, RunCreate, RunTarget, create_run};
 use crate::runtime::Rt;
+use crate::{Result, RuntimeError};
 use chrono::{DateTime, Utc};
-use fawn_checkpoint::Cron;
+use fawn_checkpoint::{Cron, CronKinds, JsonMap};
 use serde_json::{Value, json};
 
 /// Keys of a cron body that are not part of the run it creates at each tick.
@@ -70,7 +74,12 @@ pub async fn scheduler(rt: Rt) {
     }
 }
 
-/// Fires every due cron once; returns how many fired.
+/// Most crons one tick claims (of each kind).
+const CLAIM_BATCH: u64 = 50;
+
+/// Fires every due cron once; returns how many fired. Scheduled tasks fire only when
+/// `scheduler.enabled` is on, and only as many as `scheduler.max_concurrent_runs` leaves
+/// room for (the others stay due).
 pub async fn tick(rt: &Rt) -> usize {
     let now = rt.now();
     let next = move |c: &Cron| {
@@ -78,21 +87,64 @@ pub async fn tick(rt: &Rt) -> usize {
             .ok()
             .flatten()
     };
-    let due = match rt.store.claim_due_crons(now, 50, &next).await {
+    let mut due = match rt
+        .store
+        .claim_due_crons_of(now, CLAIM_BATCH, CronKinds::Plain, &next)
+        .await
+    {
         Ok(d) => d,
         Err(e) => {
             tracing::warn!(error = %e, "claiming due crons failed");
-            return 0;
+            Vec::new()
         }
     };
+    let scheduler = &rt.settings.app.scheduler;
+    if scheduler.enabled {
+        match rt.store.count_active_task_runs().await {
+            Ok(active) => {
+                let room = scheduler
+                    .max_concurrent_runs
+                    .saturating_sub(active)
+                    .min(CLAIM_BATCH);
+                if room > 0 {
+                    match rt
+                        .store
+                        .claim_due_crons_of(now, room, CronKinds::Tasks, &next)
+                        .await
+                    {
+                        Ok(d) => due.extend(d),
+                        Err(e) => tracing::warn!(error = %e, "claiming due scheduled tasks failed"),
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "counting active scheduled runs failed"),
+        }
+    }
     let n = due.len();
     for cron in due {
-        fire(rt, &cron).await;
+        if cron.task.is_some() {
+            crate::scheduled::fire(rt, &cron, now).await;
+        } else {
+            fire(rt, &cron).await;
+        }
     }
     n
 }
 
 async fn fire(rt: &Rt, cron: &Cron) {
+    match create_cron_run(rt, cron, JsonMap::new()).await {
+        Ok(c) => {
+            tracing::info!(cron_id = %cron.cron_id, run_id = %c.run.run_id, "cron fired");
+        }
+        Err(e) => {
+            tracing::warn!(cron_id = %cron.cron_id, error = %e, "cron tick could not create a run");
+        }
+    }
+}
+
+/// Creates the run a cron's tick creates, for the cron's user, with `extra` (and
+/// `cron_id`) added to its metadata.
+pub async fn create_cron_run(rt: &Rt, cron: &Cron, extra: JsonMap) -> Result<CreatedRun> {
     let mut payload = cron.payload.clone();
     payload.insert("assistant_id".into(), json!(cron.assistant_id));
     for k in CRON_KEYS {
@@ -102,6 +154,7 @@ async fn fire(rt: &Rt, cron: &Cron) {
         Some(Value::Object(m)) => m,
         _ => Default::default(),
     };
+    meta.extend(extra);
     meta.insert("cron_id".into(), json!(cron.cron_id));
     payload.insert("metadata".into(), Value::Object(meta));
     let body: RunCreate = match serde_json::from_value(Value::Object(payload)) {
@@ -110,8 +163,9 @@ async fn fire(rt: &Rt, cron: &Cron) {
             ..b
         },
         Err(e) => {
-            tracing::warn!(cron_id = %cron.cron_id, error = %e, "cron payload is not a run");
-            return;
+            return Err(RuntimeError::invalid(format!(
+                "The cron's payload is not a run: {e}"
+            )));
         }
     };
     let target = match &cron.thread_id {
@@ -120,14 +174,7 @@ async fn fire(rt: &Rt, cron: &Cron) {
             keep: cron.on_run_completed.as_deref() == Some("keep"),
         },
     };
-    match create_run(rt, body, target, &[]).await {
-        Ok(c) => {
-            tracing::info!(cron_id = %cron.cron_id, run_id = %c.run.run_id, "cron fired");
-        }
-        Err(e) => {
-            tracing::warn!(cron_id = %cron.cron_id, error = %e, "cron tick could not create a run");
-        }
-    }
+    create_run(rt, body, target, &[]).await
 }
 
 #[cfg(test)]

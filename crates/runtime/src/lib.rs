@@ -22,6 +22,7 @@ pub mod kwargs;
 pub mod observer;
 pub mod runs;
 pub mod runtime;
+pub mod scheduled;
 pub mod services;
 pub mod testing;
 pub mod threads;
