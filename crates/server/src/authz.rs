@@ -5,9 +5,10 @@
 //!
 //! * [`Who::Public`]: anyone, anonymous included.
 //! * [`Who::User`]: an authenticated user (401 otherwise). A route whose path names a
-//!   thread, a cron or a run (`{thread_id}`, `{cron_id}`, `{run_id}`) also checks that the
-//!   caller owns it: another user's resource answers the same 404 as a missing one. A thread
-//!   that does not exist yet passes (routes that create it stamp the caller as its owner).
+//!   thread, a cron, a run or a scheduled task (`{thread_id}`, `{cron_id}`, `{run_id}`,
+//!   `{task_id}`) also checks that the caller owns it: another user's resource answers the
+//!   same 404 as a missing one. A thread that does not exist yet passes (routes that create
+//!   it stamp the caller as its owner).
 //! * [`Who::Admin`]: an admin (401 anonymous, 403 a plain user).
 //!
 //! A method the table does not declare for a route is refused (405), never served.
@@ -73,6 +74,8 @@ pub enum Resource {
     Thread,
     Cron,
     Run,
+    /// A DeerFlow scheduled task (a cron carrying a task, owned like a cron).
+    Task,
 }
 
 impl Resource {
@@ -85,6 +88,8 @@ impl Resource {
             Resource::Cron
         } else if path.contains("{run_id}") {
             Resource::Run
+        } else if path.contains("{task_id}") {
+            Resource::Task
         } else {
             Resource::None
         }
@@ -210,6 +215,10 @@ async fn enforce(rules: &[(M, Who)], resource: Resource, req: Request, next: Nex
             Some(id) => owns_run(&app, &principal, &id).await,
             None => Ok(()),
         },
+        Resource::Task => match param("task_id") {
+            Some(id) => owns_task(&app, &principal, &id).await,
+            None => Ok(()),
+        },
         Resource::None => Ok(()),
     };
     match check {
@@ -248,6 +257,17 @@ async fn owns_cron(app: &AppState, p: &Principal, id: &str) -> Result<(), ApiErr
     }
 }
 
+/// A scheduled task is its cron: `Ok` when the caller owns it or it does not exist.
+async fn owns_task(app: &AppState, p: &Principal, id: &str) -> Result<(), ApiError> {
+    match app.store.get_cron(id).await {
+        Ok(Some(c)) if !p.owns(c.user_id.as_deref()) => {
+            Err(ApiError::not_found("Scheduled task not found"))
+        }
+        Ok(_) => Ok(()),
+        Err(e) => Err(ApiError::store("checking the scheduled task's owner", e)),
+    }
+}
+
 /// The user a run acts for (`configurable.user_id`, set by the server).
 pub fn run_user(run: &fawn_checkpoint::Run) -> Option<&str> {
     run.kwargs
@@ -277,6 +297,10 @@ mod tests {
         );
         assert_eq!(Resource::of("/runs/{run_id}/stream"), Resource::Run);
         assert_eq!(Resource::of("/runs/crons/{cron_id}"), Resource::Cron);
+        assert_eq!(
+            Resource::of("/scheduled-tasks/{task_id}/runs"),
+            Resource::Task
+        );
         assert_eq!(Resource::of("/threads/search"), Resource::None);
     }
 }

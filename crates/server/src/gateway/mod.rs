@@ -13,6 +13,8 @@
 //! | `GET\|PUT\|PATCH /api/mcp/config`, `POST /api/mcp/cache/reset` | [`mcp`] |
 //! | `GET\|DELETE /api/memory`, `POST /api/memory/reload`, facts CRUD, export/import, config, status | [`memory`] |
 //! | `GET /api/threads/{id}/messages/page`, `GET …/token-usage`, suggestions | [`threads`] |
+//! | `GET\|POST /api/scheduled-tasks`, `GET\|PATCH\|DELETE /api/scheduled-tasks/{task_id}`, `POST …/pause`, `…/resume`, `…/trigger`, `GET …/runs`, `GET /api/threads/{id}/scheduled-tasks` | [`scheduled`] |
+//! | `POST /api/input-polish` | [`polish`] |
 //!
 //! Admin only, as in DeerFlow: skill toggles, reload and install, reading and changing custom
 //! skills (listing them is for everyone), MCP config writes, MCP cache reset.
@@ -33,6 +35,8 @@ pub mod config;
 pub mod files;
 pub mod mcp;
 pub mod memory;
+pub mod polish;
+pub mod scheduled;
 pub mod skill_install;
 pub mod skills;
 pub mod threads;
@@ -228,6 +232,44 @@ pub fn routes(state: &AppState) -> Routes {
             "/threads/{thread_id}/messages/page",
             &[(Get, User)],
             get(threads::messages_page),
+        )
+        .route("/input-polish", &[(Post, User)], post(polish::polish))
+        .route(
+            "/scheduled-tasks",
+            &[(Get, User), (Post, User)],
+            get(scheduled::list).post(scheduled::create),
+        )
+        .route(
+            "/scheduled-tasks/{task_id}",
+            &[(Get, User), (Patch, User), (Delete, User)],
+            get(scheduled::get_one)
+                .patch(scheduled::update)
+                .delete(scheduled::delete),
+        )
+        .route(
+            "/scheduled-tasks/{task_id}/pause",
+            &[(Post, User)],
+            post(scheduled::pause),
+        )
+        .route(
+            "/scheduled-tasks/{task_id}/resume",
+            &[(Post, User)],
+            post(scheduled::resume),
+        )
+        .route(
+            "/scheduled-tasks/{task_id}/trigger",
+            &[(Post, User)],
+            post(scheduled::trigger),
+        )
+        .route(
+            "/scheduled-tasks/{task_id}/runs",
+            &[(Get, User)],
+            get(scheduled::runs),
+        )
+        .route(
+            "/threads/{thread_id}/scheduled-tasks",
+            &[(Get, User)],
+            get(scheduled::for_thread),
         )
 }
 

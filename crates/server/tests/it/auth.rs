@@ -495,6 +495,7 @@ fn fill(path: &str, ids: &Ids) -> String {
     path.replace("{thread_id}", &ids.thread)
         .replace("{run_id}", &ids.run)
         .replace("{cron_id}", &ids.cron)
+        .replace("{task_id}", &ids.task)
         .replace("{assistant_id}", &ids.assistant)
         .replace("{checkpoint_id}", "1ef00000-0000-6000-8000-000000000000")
         .replace("{namespace}", "ns")
@@ -512,9 +513,10 @@ struct Ids {
     run: String,
     cron: String,
     assistant: String,
+    task: String,
 }
 
-/// A thread with a finished run and a cron, all alice's.
+/// A thread with a finished run, a cron and a scheduled task, all alice's.
 async fn alice_resources(app: &TestApp, alice: &Cred) -> Ids {
     let t = call(app, alice, "POST", "/threads", Some(json!({}))).await;
     let thread = t.body["thread_id"].as_str().unwrap().to_string();
@@ -552,11 +554,22 @@ async fn alice_resources(app: &TestApp, alice: &Cred) -> Ids {
         Some(json!({"graph_id": "lead_agent", "name": "alice's"})),
     )
     .await;
+    let t = call(
+        app,
+        alice,
+        "POST",
+        "/api/scheduled-tasks",
+        Some(json!({"title": "t", "prompt": "p", "schedule_type": "cron",
+                    "schedule_spec": {"cron": "0 0 1 1 *"}, "timezone": "UTC"})),
+    )
+    .await;
+    assert_eq!(t.status, 200, "{}", t.body);
     Ids {
         thread,
         run,
         cron: c.body["cron_id"].as_str().unwrap().to_string(),
         assistant: a.body["assistant_id"].as_str().unwrap().to_string(),
+        task: t.body["id"].as_str().unwrap().to_string(),
     }
 }
 
@@ -681,8 +694,11 @@ async fn users_see_only_their_own_data(db: Db) {
         assert_eq!(s.body.as_array().unwrap().len(), n, "{}", s.body);
         let c = call(&app, who, "POST", "/threads/count", Some(json!({}))).await;
         assert_eq!(c.body, json!(n));
+        // Alice's cron and her scheduled task's.
         let c = call(&app, who, "POST", "/runs/crons/search", Some(json!({}))).await;
-        assert_eq!(c.body.as_array().unwrap().len(), n, "{}", c.body);
+        assert_eq!(c.body.as_array().unwrap().len(), 2 * n, "{}", c.body);
+        let t = call(&app, who, "GET", "/api/scheduled-tasks", None).await;
+        assert_eq!(t.body.as_array().unwrap().len(), n, "{}", t.body);
     }
     // A filter naming another owner matches nothing.
     let alice_id = user_id_of(&app, &alice).await;
