@@ -19,10 +19,12 @@
 mod backend;
 mod cache;
 pub mod ids;
+pub mod journal;
 pub mod json;
 pub mod types;
 
 pub use ids::{checkpoint_id_after, new_checkpoint_id};
+pub use journal::*;
 pub use types::*;
 
 use async_trait::async_trait;
@@ -319,10 +321,61 @@ pub trait UserStore: Send + Sync {
     async fn revoke_api_key(&self, key_id: &str) -> Result<bool>;
 }
 
+/// The run-event journal and run feedback.
+#[async_trait]
+pub trait JournalStore: Send + Sync {
+    /// Appends one run's events in one transaction, with consecutive thread-global `seq`s
+    /// after the thread's last one (allocated under the thread's lock, so concurrent runs
+    /// of one thread never share a seq). Returns the stored rows. A missing thread is
+    /// [`StoreError::NotFound`].
+    async fn append_run_events(
+        &self,
+        thread_id: &str,
+        run_id: &str,
+        events: Vec<NewRunEvent>,
+    ) -> Result<Vec<RunEvent>>;
+    /// Rows of a thread (see [`EventQuery`]), ascending by `seq`.
+    async fn thread_events(&self, thread_id: &str, query: &EventQuery) -> Result<Vec<RunEvent>>;
+    /// Rows of one run of a thread (see [`EventQuery`]), ascending by `seq`.
+    async fn run_events(
+        &self,
+        thread_id: &str,
+        run_id: &str,
+        query: &EventQuery,
+    ) -> Result<Vec<RunEvent>>;
+    /// Creates or replaces the feedback of (thread, run, user).
+    async fn upsert_feedback(&self, feedback: NewFeedback) -> Result<Feedback>;
+    async fn get_feedback(&self, feedback_id: &str) -> Result<Option<Feedback>>;
+    /// Feedback on a thread's runs (one run when `run_id` is set), of one user when
+    /// `user_id` is set, oldest first.
+    async fn list_feedback(
+        &self,
+        thread_id: &str,
+        run_id: Option<&str>,
+        user_id: Option<&str>,
+    ) -> Result<Vec<Feedback>>;
+    /// False when there was no such feedback.
+    async fn delete_feedback(&self, feedback_id: &str) -> Result<bool>;
+    /// Deletes one user's feedback on a run; false when there was none.
+    async fn delete_run_feedback(
+        &self,
+        thread_id: &str,
+        run_id: &str,
+        user_id: &str,
+    ) -> Result<bool>;
+}
+
 /// Everything the server stores, in one backend.
 #[async_trait]
 pub trait Persistence:
-    AssistantStore + ThreadStore + CheckpointStore + RunStore + CronStore + ItemStore + UserStore
+    AssistantStore
+    + ThreadStore
+    + CheckpointStore
+    + RunStore
+    + CronStore
+    + ItemStore
+    + UserStore
+    + JournalStore
 {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;

@@ -627,6 +627,11 @@ fn migrator(dialect: Dialect) -> Migrator {
                 "cron tasks",
                 include_str!("../../../../migrations/sqlite/0005_cron_tasks.sql"),
             ),
+            (
+                6,
+                "run events and feedback",
+                include_str!("../../../../migrations/sqlite/0006_run_events.sql"),
+            ),
         ],
         Dialect::Postgres => &[
             (
@@ -673,6 +678,11 @@ fn migrator(dialect: Dialect) -> Migrator {
                 9,
                 "cron tasks",
                 include_str!("../../../../migrations/postgres/0009_cron_tasks.sql"),
+            ),
+            (
+                10,
+                "run events and feedback",
+                include_str!("../../../../migrations/postgres/0010_run_events.sql"),
             ),
         ],
     };

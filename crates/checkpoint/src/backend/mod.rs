@@ -18,6 +18,7 @@ mod checkpoints;
 mod crons;
 pub(crate) mod db;
 mod items;
+mod journal;
 mod lite;
 mod runs;
 mod threads;
@@ -99,6 +100,8 @@ impl SqlStore {
         }
         if what.threads {
             tx.exec(Sql::new("DELETE FROM threads")).await?;
+            tx.exec(Sql::new("DELETE FROM run_events")).await?;
+            tx.exec(Sql::new("DELETE FROM feedback")).await?;
         } else if what.runs {
             tx.exec(Sql::new(concat!(
                 "UPDATE threads SET status = CASE WHEN error IS NOT NULL THEN 'error' ",

@@ -67,6 +67,8 @@ pub(crate) async fn delete_thread_rows(tx: &mut Tx, thread_id: &str) -> DbResult
         "DELETE FROM checkpoint_writes WHERE thread_id = $1",
         "DELETE FROM checkpoints WHERE thread_id = $1",
         "DELETE FROM crons WHERE thread_id = $1",
+        "DELETE FROM run_events WHERE thread_id = $1",
+        "DELETE FROM feedback WHERE thread_id = $1",
     ] {
         tx.exec(Sql::new(sql).bind(thread_id)).await?;
     }

@@ -7,6 +7,7 @@ mod assistants;
 mod checkpoints;
 mod crons;
 mod durability;
+mod journal;
 mod replay;
 mod runs;
 mod store;

@@ -1,0 +1,329 @@
+//! [`JournalStore`]: the run-event journal and run feedback.
+
+use super::db::{Arg, Binds, DbErr, DbResult, Row, Sql, retry};
+use super::{SqlStore, lock_thread, thread_not_found};
+use crate::ids::{self, new_uuid7};
+use crate::journal::*;
+use crate::{JournalStore, Result};
+use async_trait::async_trait;
+use serde_json::Value;
+
+macro_rules! event_cols {
+    () => {
+        "thread_id, seq, run_id, event_type, category, content, metadata, created_at"
+    };
+}
+
+macro_rules! feedback_cols {
+    () => {
+        "feedback_id, thread_id, run_id, user_id, message_id, rating, comment, created_at, \
+         updated_at"
+    };
+}
+
+/// Rows per INSERT statement (8 parameters each, well under both databases' limits).
+const INSERT_CHUNK: usize = 400;
+
+fn event_from_row(r: &Row) -> DbResult<RunEvent> {
+    Ok(RunEvent {
+        thread_id: r.text("thread_id")?,
+        run_id: r.text("run_id")?,
+        seq: r.int("seq")?,
+        event_type: r.text("event_type")?,
+        category: r.text("category")?,
+        content: r.json("content")?,
+        metadata: match r.json("metadata")? {
+            Value::Object(m) => m,
+            _ => Default::default(),
+        },
+        created_at: r.ts("created_at")?,
+    })
+}
+
+fn feedback_from_row(r: &Row) -> DbResult<Feedback> {
+    Ok(Feedback {
+        feedback_id: r.text("feedback_id")?,
+        thread_id: r.text("thread_id")?,
+        run_id: r.text("run_id")?,
+        user_id: r.text("user_id")?,
+        message_id: r.opt_text("message_id")?,
+        rating: r.int("rating")?,
+        comment: r.opt_text("comment")?,
+        created_at: r.ts("created_at")?,
+        updated_at: r.ts("updated_at")?,
+    })
+}
+
+/// `AND …` conditions and the ORDER/LIMIT of an [`EventQuery`]; the caller has pushed its
+/// own binds first. Returns (conditions, tail, descending).
+fn window(b: &mut Binds, q: &EventQuery) -> (String, String, bool) {
+    let mut conds = String::new();
+    if let Some(before) = q.before_seq {
+        conds.push_str(&format!(" AND seq < {}", b.push(before)));
+    }
+    if let Some(after) = q.after_seq {
+        conds.push_str(&format!(" AND seq > {}", b.push(after)));
+    }
+    if let Some(c) = &q.category {
+        conds.push_str(&format!(" AND category = {}", b.push(c.as_str())));
+    }
+    if !q.event_types.is_empty() {
+        let list: Vec<String> = q.event_types.iter().map(|t| b.push(t.as_str())).collect();
+        conds.push_str(&format!(" AND event_type IN ({})", list.join(", ")));
+    }
+    let limit = i64::try_from(q.limit.max(1)).unwrap_or(i64::MAX);
+    let descending = q.after_seq.is_none();
+    let tail = format!(
+        " ORDER BY seq {} LIMIT {}",
+        if descending { "DESC" } else { "ASC" },
+        b.push(limit)
+    );
+    (conds, tail, descending)
+}
+
+impl SqlStore {
+    async fn append_once(
+        &self,
+        thread_id: &str,
+        run_id: &str,
+        events: &[NewRunEvent],
+    ) -> DbResult<Vec<RunEvent>> {
+        let mut tx = self.db.begin().await?;
+        if !lock_thread(&mut tx, self.dialect(), thread_id).await? {
+            return Err(thread_not_found(thread_id));
+        }
+        let last = tx
+            .opt(
+                Sql::new(
+                    "SELECT COALESCE(MAX(seq), 0) AS last FROM run_events WHERE thread_id = $1",
+                )
+                .bind(thread_id),
+            )
+            .await?
+            .map(|r| r.int("last"))
+            .transpose()?
+            .unwrap_or(0);
+        let mut stored = Vec::with_capacity(events.len());
+        let mut seq = last;
+        for chunk in events.chunks(INSERT_CHUNK) {
+            let mut b = Binds::new();
+            let mut values = Vec::with_capacity(chunk.len());
+            for e in chunk {
+                seq += 1;
+                values.push(format!(
+                    "({}, {}, {}, {}, {}, {}, {}, {})",
+                    b.push(thread_id),
+                    b.push(seq),
+                    b.push(run_id),
+                    b.push(e.event_type.as_str()),
+                    b.push(e.category.as_str()),
+                    b.push(Arg::json(&e.content)),
+                    b.push(Arg::json_map(&e.metadata)),
+                    b.push(Arg::ts(e.created_at)),
+                ));
+                stored.push(RunEvent {
+                    thread_id: thread_id.to_string(),
+                    run_id: run_id.to_string(),
+                    seq,
+                    event_type: e.event_type.clone(),
+                    category: e.category.clone(),
+                    content: e.content.clone(),
+                    metadata: e.metadata.clone(),
+                    created_at: ids::from_micros(ids::to_micros(e.created_at)),
+                });
+            }
+            tx.exec(Sql::dynamic(
+                format!(
+                    concat!("INSERT INTO run_events (", event_cols!(), ") VALUES {}"),
+                    values.join(", ")
+                ),
+                b.args,
+            ))
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(stored)
+    }
+
+    async fn events_once(
+        &self,
+        thread_id: &str,
+        run_id: Option<&str>,
+        q: &EventQuery,
+    ) -> DbResult<Vec<RunEvent>> {
+        let mut b = Binds::new();
+        let mut sql = format!(
+            concat!(
+                "SELECT ",
+                event_cols!(),
+                " FROM run_events WHERE thread_id = {}"
+            ),
+            b.push(thread_id)
+        );
+        if let Some(run_id) = run_id {
+            sql.push_str(&format!(" AND run_id = {}", b.push(run_id)));
+        }
+        let (conds, tail, descending) = window(&mut b, q);
+        sql.push_str(&conds);
+        sql.push_str(&tail);
+        let rows = self.db.read_all(Sql::dynamic(sql, b.args)).await?;
+        let mut events = rows
+            .iter()
+            .map(event_from_row)
+            .collect::<DbResult<Vec<_>>>()?;
+        if descending {
+            events.reverse();
+        }
+        Ok(events)
+    }
+
+    async fn upsert_feedback_once(&self, f: &NewFeedback, id: &str) -> DbResult<Feedback> {
+        if f.rating != 1 && f.rating != -1 {
+            return Err(DbErr::invalid("rating must be +1 or -1"));
+        }
+        let now = Arg::ts(ids::now());
+        let row = self
+            .db
+            .write_opt(
+                Sql::new(concat!(
+                    "INSERT INTO feedback (",
+                    feedback_cols!(),
+                    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8) ",
+                    "ON CONFLICT (thread_id, run_id, user_id) DO UPDATE SET ",
+                    "rating = excluded.rating, comment = excluded.comment, ",
+                    "message_id = COALESCE(excluded.message_id, feedback.message_id), ",
+                    "updated_at = excluded.updated_at RETURNING ",
+                    feedback_cols!()
+                ))
+                .bind(id)
+                .bind(f.thread_id.as_str())
+                .bind(f.run_id.as_str())
+                .bind(f.user_id.as_str())
+                .bind(f.message_id.clone())
+                .bind(f.rating)
+                .bind(f.comment.clone())
+                .arg(now),
+            )
+            .await?
+            .ok_or_else(|| DbErr::corrupt("INSERT … RETURNING returned no row"))?;
+        feedback_from_row(&row)
+    }
+
+    async fn list_feedback_once(
+        &self,
+        thread_id: &str,
+        run_id: Option<&str>,
+        user_id: Option<&str>,
+    ) -> DbResult<Vec<Feedback>> {
+        let mut b = Binds::new();
+        let mut sql = format!(
+            concat!(
+                "SELECT ",
+                feedback_cols!(),
+                " FROM feedback WHERE thread_id = {}"
+            ),
+            b.push(thread_id)
+        );
+        if let Some(run_id) = run_id {
+            sql.push_str(&format!(" AND run_id = {}", b.push(run_id)));
+        }
+        if let Some(user_id) = user_id {
+            sql.push_str(&format!(" AND user_id = {}", b.push(user_id)));
+        }
+        sql.push_str(" ORDER BY created_at, feedback_id");
+        let rows = self.db.read_all(Sql::dynamic(sql, b.args)).await?;
+        rows.iter().map(feedback_from_row).collect()
+    }
+}
+
+#[async_trait]
+impl JournalStore for SqlStore {
+    async fn append_run_events(
+        &self,
+        thread_id: &str,
+        run_id: &str,
+        events: Vec<NewRunEvent>,
+    ) -> Result<Vec<RunEvent>> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        retry!(self.append_once(thread_id, run_id, &events))
+    }
+
+    async fn thread_events(&self, thread_id: &str, query: &EventQuery) -> Result<Vec<RunEvent>> {
+        retry!(self.events_once(thread_id, None, query))
+    }
+
+    async fn run_events(
+        &self,
+        thread_id: &str,
+        run_id: &str,
+        query: &EventQuery,
+    ) -> Result<Vec<RunEvent>> {
+        retry!(self.events_once(thread_id, Some(run_id), query))
+    }
+
+    async fn upsert_feedback(&self, feedback: NewFeedback) -> Result<Feedback> {
+        let id = new_uuid7();
+        retry!(self.upsert_feedback_once(&feedback, &id))
+    }
+
+    async fn get_feedback(&self, feedback_id: &str) -> Result<Option<Feedback>> {
+        retry!(async {
+            self.db
+                .read_opt(
+                    Sql::new(concat!(
+                        "SELECT ",
+                        feedback_cols!(),
+                        " FROM feedback WHERE feedback_id = $1"
+                    ))
+                    .bind(feedback_id),
+                )
+                .await?
+                .as_ref()
+                .map(feedback_from_row)
+                .transpose()
+        })
+    }
+
+    async fn list_feedback(
+        &self,
+        thread_id: &str,
+        run_id: Option<&str>,
+        user_id: Option<&str>,
+    ) -> Result<Vec<Feedback>> {
+        retry!(self.list_feedback_once(thread_id, run_id, user_id))
+    }
+
+    async fn delete_feedback(&self, feedback_id: &str) -> Result<bool> {
+        retry!(async {
+            self.db
+                .write_exec(
+                    Sql::new("DELETE FROM feedback WHERE feedback_id = $1").bind(feedback_id),
+                )
+                .await
+                .map(|n| n > 0)
+        })
+    }
+
+    async fn delete_run_feedback(
+        &self,
+        thread_id: &str,
+        run_id: &str,
+        user_id: &str,
+    ) -> Result<bool> {
+        retry!(async {
+            self.db
+                .write_exec(
+                    Sql::new(
+                        "DELETE FROM feedback WHERE thread_id = $1 AND run_id = $2 AND user_id = $3",
+                    )
+                    .bind(thread_id)
+                    .bind(run_id)
+                    .bind(user_id),
+                )
+                .await
+                .map(|n| n > 0)
+        })
+    }
+}
