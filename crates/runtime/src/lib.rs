@@ -18,6 +18,7 @@ pub mod crons;
 pub mod error;
 pub mod graphs;
 pub mod hooks;
+pub mod journal;
 pub mod kwargs;
 pub mod observer;
 pub mod runs;

@@ -23,7 +23,7 @@ use fawn_checkpoint::{
 };
 use futures::FutureExt;
 use serde_json::{Map, Value, json};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
@@ -569,7 +569,7 @@ async fn run_attempt(rt: &Rt, run: &Run, active: &Arc<ActiveRun>) {
                 error: "ValueError".into(),
                 message,
             };
-            complete(rt, run, &kw, &log, &obs, outcome, active, started_at).await;
+            complete(rt, run, &kw, &log, &obs, outcome, active, started_at, None).await;
             return;
         }
     };
@@ -581,6 +581,8 @@ async fn run_attempt(rt: &Rt, run: &Run, active: &Arc<ActiveRun>) {
         observer.resuming_from(&spec.start.state);
     }
     observer.graph_start(kw.input.as_ref());
+    // What the journal compares the run's final messages with (not for temporary threads).
+    let start_ids = (!kw.temporary).then(|| crate::journal::message_ids(&spec.start.state));
     let dyn_obs: Arc<dyn RunObserver> = observer.clone();
     let outcome = match std::panic::AssertUnwindSafe(graph.run(spec, dyn_obs, active.token.clone()))
         .catch_unwind()
@@ -595,7 +597,18 @@ async fn run_attempt(rt: &Rt, run: &Run, active: &Arc<ActiveRun>) {
             }
         }
     };
-    complete(rt, run, &kw, &log, &observer, outcome, active, started_at).await;
+    complete(
+        rt,
+        run,
+        &kw,
+        &log,
+        &observer,
+        outcome,
+        active,
+        started_at,
+        start_ids.as_ref(),
+    )
+    .await;
 }
 
 pub(crate) fn state_value(state: &fawn_state::ThreadState) -> Value {
@@ -633,12 +646,13 @@ async fn complete(
     outcome: RunOutcome,
     active: &Arc<ActiveRun>,
     started_at: chrono::DateTime<chrono::Utc>,
+    start_ids: Option<&HashSet<String>>,
 ) {
     let _ = rt
         .hooks
         .reach(Point::BeforeFinish, &run.run_id, &active.token)
         .await;
-    finish(rt, run, kw, log, observer, outcome, active, started_at).await;
+    finish(rt, run, kw, log, observer, outcome, active, started_at, start_ids).await;
     let _ = rt
         .hooks
         .reach(Point::Finished, &run.run_id, &CancellationToken::new())
@@ -655,6 +669,7 @@ async fn finish(
     outcome: RunOutcome,
     active: &Arc<ActiveRun>,
     started_at: chrono::DateTime<chrono::Utc>,
+    start_ids: Option<&HashSet<String>>,
 ) {
     let modes = observer.modes();
     let reason = active.reason();
@@ -803,6 +818,11 @@ async fn finish(
             Bytes::from(body_values.to_string()),
         ),
     };
+    // The run's messages go to the journal before its status: whoever sees it finished
+    // finds them.
+    if let (Some(start_ids), Some(l)) = (start_ids, &last) {
+        crate::journal::record(rt, run, start_ids, &l.state, started_at).await;
+    }
     // The thread's status follows its latest checkpoint, also after a cancel: nodes still
     // scheduled next leave it `interrupted` (as the official server does), none `idle`.
     let finish = RunFinish {

@@ -1,0 +1,174 @@
+//! The run-event journal writer: when a run ends, the messages it added to its thread
+//! (those of its final state whose ids the state it started from did not have, the human
+//! input included) are appended as DeerFlow's message events in one store call, before the
+//! run's status is written, so a client that sees the run finished finds its journal.
+//!
+//! Nothing is written per token or per step. Rows are never rewritten: a message the run
+//! replaced in place (same id) or a summarization that removes old messages leaves earlier
+//! rows as they are. Hidden and control messages (`hide_from_ui`, the `summary` message,
+//! system messages, removals) are not history and are skipped. The run's last AI message
+//! carries `turn_duration` (whole seconds from the run's creation to its end) in its
+//! metadata.
+//!
+//! A run recovered after a lost lease continues from its last checkpoint, so only what it
+//! adds from there on is journaled.
+
+use crate::runtime::Rt;
+use chrono::{DateTime, Utc};
+use fawn_checkpoint::{NewRunEvent, Run};
+use fawn_state::{Message, MessageKind, ThreadState};
+use serde_json::{Map, Value, json};
+use std::collections::HashSet;
+
+/// DeerFlow's event types for conversation rows.
+pub const HUMAN_INPUT: &str = "llm.human.input";
+pub const AI_RESPONSE: &str = "llm.ai.response";
+pub const TOOL_RESULT: &str = "llm.tool.result";
+/// The category of conversation rows.
+pub const MESSAGE: &str = "message";
+/// The caller every lead-agent row carries.
+pub const LEAD_AGENT: &str = "lead_agent";
+
+/// The ids of the messages a run starts from.
+pub fn message_ids(state: &ThreadState) -> HashSet<String> {
+    state.messages.iter().filter_map(|m| m.id.clone()).collect()
+}
+
+fn hidden(m: &Message) -> bool {
+    m.name.as_deref() == Some("summary")
+        || m.additional_kwargs.get("hide_from_ui") == Some(&Value::Bool(true))
+}
+
+fn event_type(m: &Message) -> Option<&'static str> {
+    if hidden(m) {
+        return None;
+    }
+    match m.kind {
+        MessageKind::Human => Some(HUMAN_INPUT),
+        MessageKind::Ai | MessageKind::AiChunk => Some(AI_RESPONSE),
+        MessageKind::Tool => Some(TOOL_RESULT),
+        _ => None,
+    }
+}
+
+/// The rows of the messages in `end` that are not in `start`, oldest first.
+pub fn new_rows(
+    start: &HashSet<String>,
+    end: &ThreadState,
+    started_at: DateTime<Utc>,
+    ended_at: DateTime<Utc>,
+    run_created_at: DateTime<Utc>,
+) -> Vec<NewRunEvent> {
+    let mut rows: Vec<NewRunEvent> = end
+        .messages
+        .iter()
+        .filter(|m| m.id.as_ref().is_some_and(|id| !start.contains(id)))
+        .filter_map(|m| {
+            let event_type = event_type(m)?;
+            let content = serde_json::to_value(m).ok()?;
+            let mut metadata = Map::new();
+            metadata.insert("caller".into(), json!(LEAD_AGENT));
+            Some(NewRunEvent {
+                event_type: event_type.to_string(),
+                category: MESSAGE.to_string(),
+                content,
+                metadata,
+                created_at: if m.kind == MessageKind::Human {
+                    started_at
+                } else {
+                    ended_at
+                },
+            })
+        })
+        .collect();
+    if let Some(last_ai) = rows.iter_mut().rev().find(|r| r.event_type == AI_RESPONSE) {
+        let seconds = (ended_at - run_created_at).num_seconds().max(0);
+        last_ai
+            .metadata
+            .insert("turn_duration".into(), json!(seconds));
+    }
+    rows
+}
+
+/// Appends what the run added (see the module docs). Failures are logged: the journal
+/// never fails a run.
+pub async fn record(
+    rt: &Rt,
+    run: &Run,
+    start: &HashSet<String>,
+    end: &ThreadState,
+    started_at: DateTime<Utc>,
+) {
+    let rows = new_rows(start, end, started_at, Utc::now(), run.created_at);
+    if rows.is_empty() {
+        return;
+    }
+    if let Err(e) = rt
+        .store
+        .append_run_events(&run.thread_id, &run.run_id, rows)
+        .await
+    {
+        tracing::warn!(run_id = %run.run_id, error = %e, "writing the run's journal failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fawn_state::StateUpdate;
+
+    fn msg(mut m: Message, id: &str) -> Message {
+        m.id = Some(id.into());
+        m
+    }
+
+    #[test]
+    fn only_new_visible_messages_and_duration_on_the_last_ai() {
+        let mut start = ThreadState::default();
+        start
+            .apply(&mut StateUpdate::messages(vec![
+                msg(Message::human("old"), "h0"),
+                msg(Message::ai("old answer"), "a0"),
+            ]))
+            .unwrap();
+        let ids = message_ids(&start);
+        assert_eq!(ids.len(), 2);
+        let mut end = start.clone();
+        let mut hidden = Message::human("reminder");
+        hidden
+            .additional_kwargs
+            .insert("hide_from_ui".into(), json!(true));
+        end.apply(&mut StateUpdate::messages(vec![
+            msg(Message::human("question"), "h1"),
+            msg(Message::ai("calling"), "a1"),
+            msg(Message::tool("result", "call1", Some("ls".into())), "t1"),
+            msg(hidden, "x1"),
+            msg(Message::system("sys"), "s1"),
+            msg(Message::ai("answer"), "a2"),
+        ]))
+        .unwrap();
+        let t0 = Utc::now();
+        let t1 = t0 + chrono::Duration::seconds(3);
+        let created = t0 - chrono::Duration::seconds(1);
+        let rows = new_rows(&ids, &end, t0, t1, created);
+        let kinds: Vec<&str> = rows.iter().map(|r| r.event_type.as_str()).collect();
+        assert_eq!(
+            kinds,
+            vec![HUMAN_INPUT, AI_RESPONSE, TOOL_RESULT, AI_RESPONSE]
+        );
+        let ids: Vec<&str> = rows
+            .iter()
+            .map(|r| r.content["id"].as_str().unwrap_or_default())
+            .collect();
+        assert_eq!(ids, vec!["h1", "a1", "t1", "a2"]);
+        assert!(rows.iter().all(|r| r.metadata["caller"] == LEAD_AGENT));
+        assert_eq!(rows[0].created_at, t0);
+        assert_eq!(rows[3].created_at, t1);
+        assert_eq!(rows[3].metadata.get("turn_duration"), Some(&json!(4)));
+        assert!(
+            rows[..3]
+                .iter()
+                .all(|r| !r.metadata.contains_key("turn_duration"))
+        );
+    }
+}
