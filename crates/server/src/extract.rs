@@ -303,6 +303,11 @@ pub async fn deerflow_ids(req: Request, next: axum::middleware::Next) -> axum::r
     DEERFLOW_IDS.scope((), next.run(req)).await
 }
 
+/// Whether the request being handled came in under `/api` or `/api/langgraph`.
+pub fn deerflow_mount() -> bool {
+    DEERFLOW_IDS.try_with(|_| ()).is_ok()
+}
+
 /// Checks that an id is a UUID (`Invalid thread ID: must be a UUID` → 422) and returns it in
 /// canonical lowercase hyphenated form. Under `/api` (see [`deerflow_ids`]) a thread id may
 /// also be a DeerFlow plain id, kept as it is.
@@ -310,7 +315,7 @@ pub fn uuid_param(kind: &str, raw: &str) -> Result<String, ApiError> {
     if let Ok(u) = uuid::Uuid::parse_str(raw.trim()) {
         return Ok(u.hyphenated().to_string());
     }
-    if kind == "thread" && DEERFLOW_IDS.try_with(|_| ()).is_ok() {
+    if kind == "thread" && deerflow_mount() {
         return deerflow_thread_id(raw);
     }
     Err(ApiError::unprocessable(format!(

@@ -260,7 +260,14 @@ async fn agent_names(root: &std::path::Path) -> Vec<String> {
 /// whose files cannot be read is left out (logged), never failing the list.
 pub async fn list(State(app): State<AppState>, principal: Principal) -> ApiResult<Response> {
     require_enabled(&app)?;
-    let dirs = Dirs::of(&app, &principal);
+    let agents = custom_agents(&app, &principal).await;
+    Ok(ok(&json!({ "agents": agents })))
+}
+
+/// The caller's custom agents (and the legacy shared ones their own do not shadow), sorted by
+/// name, as `AgentResponse` objects; unreadable ones are skipped (logged).
+pub async fn custom_agents(app: &AppState, principal: &Principal) -> Vec<Value> {
+    let dirs = Dirs::of(app, principal);
     let mut found: Vec<(String, PathBuf)> = Vec::new();
     for (root, is_user) in [(dirs.agents(), true), (dirs.legacy.clone(), false)] {
         for name in agent_names(&root).await {
@@ -277,7 +284,7 @@ pub async fn list(State(app): State<AppState>, principal: Principal) -> ApiResul
             Err(e) => tracing::warn!(agent = %name, detail = %e.detail, "agent skipped"),
         }
     }
-    Ok(ok(&json!({ "agents": agents })))
+    agents
 }
 
 /// `GET /api/agents/check?name=`: `{available, name}` (the name as it would be stored).

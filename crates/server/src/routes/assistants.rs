@@ -329,9 +329,16 @@ fn filter_of(
 
 pub async fn search(
     State(app): State<AppState>,
+    principal: Principal,
     OptionalJsonBody(b): OptionalJsonBody<SearchBody>,
 ) -> ApiResult<Response> {
     let b = b.unwrap_or_default();
+    // Under `/api`, DeerFlow lists the caller's custom agents after the stored assistants.
+    let agents = if crate::extract::deerflow_mount() {
+        custom_agent_assistants(&app, &principal, &b).await
+    } else {
+        Vec::new()
+    };
     let sort_by = match b.sort_by.as_deref() {
         None | Some("created_at") => AssistantSort::CreatedAt,
         Some("assistant_id") => AssistantSort::AssistantId,
@@ -349,7 +356,7 @@ pub async fn search(
     let page = app
         .store
         .search_assistants(&AssistantQuery {
-            filter: filter_of(b.metadata, b.graph_id, b.name),
+            filter: filter_of(b.metadata.clone(), b.graph_id.clone(), b.name.clone()),
             limit,
             offset,
             sort_by,
@@ -358,13 +365,75 @@ pub async fn search(
         .await
         .map_err(|e| ApiError::store("searching assistants", e))?;
     let select = b.select.unwrap_or_default();
-    let items: Vec<Value> = page
+    let mut items: Vec<Value> = page
         .items
         .iter()
         .map(|a| wire::select_keys(wire::assistant(a), &select))
         .collect();
+    // The agents come after the stored assistants: index `page.total + i` in the whole list.
+    let skip = usize::try_from(offset.saturating_sub(page.total)).unwrap_or(usize::MAX);
+    let room = usize::try_from(limit)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(items.len());
+    items.extend(
+        agents
+            .iter()
+            .skip(skip)
+            .take(room)
+            .map(|a| wire::select_keys(a.clone(), &select)),
+    );
     let n = items.len();
-    Ok(paginated(Value::Array(items), page.total, offset, n))
+    let total = page.total + agents.len() as u64;
+    Ok(paginated(Value::Array(items), total, offset, n))
+}
+
+/// The caller's custom agents as DeerFlow's assistants search shows them (`assistant_id` =
+/// the agent's name, graph `lead_agent`, `metadata.created_by: "user"`), filtered like the
+/// stored ones: graph id, name (case-insensitive substring) and metadata.
+async fn custom_agent_assistants(
+    app: &AppState,
+    principal: &Principal,
+    b: &SearchBody,
+) -> Vec<Value> {
+    if b.graph_id
+        .as_deref()
+        .is_some_and(|g| g != fawn_runtime::LEAD_AGENT)
+    {
+        return Vec::new();
+    }
+    let metadata = json!({"created_by": "user"});
+    if let Some(m) = &b.metadata
+        && m.iter().any(|(k, v)| metadata.get(k) != Some(v))
+    {
+        return Vec::new();
+    }
+    let needle = b.name.as_deref().map(str::to_lowercase);
+    let now = wire::ts(&chrono::Utc::now());
+    crate::gateway::agents::custom_agents(app, principal)
+        .await
+        .into_iter()
+        .filter_map(|a| {
+            let name = a.get("name")?.as_str()?.to_string();
+            if needle
+                .as_deref()
+                .is_some_and(|n| !name.to_lowercase().contains(n))
+            {
+                return None;
+            }
+            Some(json!({
+                "assistant_id": name,
+                "graph_id": fawn_runtime::LEAD_AGENT,
+                "name": name,
+                "config": {},
+                "context": {},
+                "metadata": metadata,
+                "description": a.get("description").cloned().unwrap_or(Value::Null),
+                "created_at": now,
+                "updated_at": now,
+                "version": 1,
+            }))
+        })
+        .collect()
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -20,6 +20,7 @@ backends!(
     suggestions_follow_the_config,
     artifacts_are_edited_in_place,
     artifact_edits_refuse_what_deerflow_refuses,
+    assistants_search_lists_custom_agents_under_api,
 );
 
 fn agents_on(s: &mut fawn_config::Settings) {
@@ -840,5 +841,94 @@ async fn artifact_edits_refuse_what_deerflow_refuses(db: Db) {
             .file_type()
             .is_symlink()
     );
+    app.stop().await;
+}
+
+/// Under `/api` (and `/api/langgraph`) the assistants search lists the caller's custom
+/// agents after the stored assistants, as DeerFlow's does; at `/` it is the LangGraph store
+/// alone.
+async fn assistants_search_lists_custom_agents_under_api(db: Db) {
+    let Some(app) = spawn_agents(db).await else {
+        return;
+    };
+    for name in ["poet", "critic"] {
+        let (s, a) = req(
+            &app,
+            "POST",
+            "/api/agents",
+            Some(json!({"name": name, "description": format!("The {name}")})),
+        )
+        .await;
+        assert_eq!(s, 201, "{a}");
+    }
+    let search = |path: &'static str, body: Value| {
+        let app = &app;
+        async move {
+            let r = app
+                .client
+                .post(app.u(path))
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            let total = r
+                .headers()
+                .get("x-pagination-total")
+                .map(|v| v.to_str().unwrap().to_string());
+            let list: Value = r.json().await.unwrap();
+            let ids: Vec<String> = list
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a["assistant_id"].as_str().unwrap().to_string())
+                .collect();
+            (ids, total, list)
+        }
+    };
+    let (stored, _, _) = search("/assistants/search", json!({})).await;
+    assert!(!stored.is_empty());
+    assert!(!stored.iter().any(|i| i == "poet" || i == "critic"));
+    for base in ["/api/assistants/search", "/api/langgraph/assistants/search"] {
+        let (ids, total, list) = search(base, json!({})).await;
+        let mut want = stored.clone();
+        want.extend(["critic".to_string(), "poet".to_string()]);
+        assert_eq!(ids, want, "{base}");
+        assert_eq!(total, Some(want.len().to_string()));
+        let poet = list.as_array().unwrap().last().unwrap().clone();
+        assert_eq!(
+            (
+                &poet["graph_id"],
+                &poet["name"],
+                &poet["metadata"],
+                &poet["description"]
+            ),
+            (
+                &json!("lead_agent"),
+                &json!("poet"),
+                &json!({"created_by": "user"}),
+                &json!("The poet")
+            )
+        );
+    }
+    // Filters and paging apply to the whole list.
+    let (ids, _, _) = search("/api/assistants/search", json!({"name": "PO"})).await;
+    assert_eq!(ids, ["poet"]);
+    let (ids, _, _) = search(
+        "/api/assistants/search",
+        json!({"metadata": {"created_by": "user"}}),
+    )
+    .await;
+    assert_eq!(ids, ["critic", "poet"]);
+    let (ids, _, _) = search("/api/assistants/search", json!({"graph_id": "other"})).await;
+    assert!(ids.is_empty());
+    let n = stored.len() as u64;
+    let (ids, _, _) = search("/api/assistants/search", json!({"offset": n, "limit": 1})).await;
+    assert_eq!(ids, ["critic"]);
+    let (ids, _, _) = search(
+        "/api/assistants/search",
+        json!({"offset": n + 1, "limit": 5, "select": ["assistant_id"]}),
+    )
+    .await;
+    assert_eq!(ids, ["poet"]);
     app.stop().await;
 }
