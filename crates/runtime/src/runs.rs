@@ -652,7 +652,10 @@ async fn complete(
         .hooks
         .reach(Point::BeforeFinish, &run.run_id, &active.token)
         .await;
-    finish(rt, run, kw, log, observer, outcome, active, started_at, start_ids).await;
+    finish(
+        rt, run, kw, log, observer, outcome, active, started_at, start_ids,
+    )
+    .await;
     let _ = rt
         .hooks
         .reach(Point::Finished, &run.run_id, &CancellationToken::new())

@@ -12,7 +12,8 @@
 //! | `POST /api/skills/install` | [`skill_install`] |
 //! | `GET\|PUT\|PATCH /api/mcp/config`, `POST /api/mcp/cache/reset` | [`mcp`] |
 //! | `GET\|DELETE /api/memory`, `POST /api/memory/reload`, facts CRUD, export/import, config, status | [`memory`] |
-//! | `GET /api/threads/{id}/messages/page`, `GET …/token-usage`, suggestions | [`threads`] |
+//! | `GET /api/threads/{id}/token-usage`, suggestions | [`threads`] |
+//! | `GET /api/threads/{id}/messages/page`, `GET …/messages`, `GET …/runs/{rid}/messages`, `GET …/runs/{rid}/events`, `GET\|PUT\|POST\|DELETE …/runs/{rid}/feedback`, `GET …/feedback/stats`, `DELETE …/feedback/{fid}` | [`history`] |
 //! | `GET\|POST /api/scheduled-tasks`, `GET\|PATCH\|DELETE /api/scheduled-tasks/{task_id}`, `POST …/pause`, `…/resume`, `…/trigger`, `GET …/runs`, `GET /api/threads/{id}/scheduled-tasks` | [`scheduled`] |
 //! | `POST /api/input-polish` | [`polish`] |
 //!
@@ -33,6 +34,7 @@ pub mod artifacts;
 pub mod channels;
 pub mod config;
 pub mod files;
+pub mod history;
 pub mod mcp;
 pub mod memory;
 pub mod polish;
@@ -231,7 +233,40 @@ pub fn routes(state: &AppState) -> Routes {
         .route(
             "/threads/{thread_id}/messages/page",
             &[(Get, User)],
-            get(threads::messages_page),
+            get(history::messages_page),
+        )
+        .route(
+            "/threads/{thread_id}/messages",
+            &[(Get, User)],
+            get(history::messages),
+        )
+        .route(
+            "/threads/{thread_id}/runs/{run_id}/messages",
+            &[(Get, User)],
+            get(history::run_messages),
+        )
+        .route(
+            "/threads/{thread_id}/runs/{run_id}/events",
+            &[(Get, User)],
+            get(history::run_events),
+        )
+        .route(
+            "/threads/{thread_id}/runs/{run_id}/feedback",
+            &[(Get, User), (Put, User), (Post, User), (Delete, User)],
+            get(history::list_feedback)
+                .put(history::put_feedback)
+                .post(history::post_feedback)
+                .delete(history::delete_feedback),
+        )
+        .route(
+            "/threads/{thread_id}/runs/{run_id}/feedback/stats",
+            &[(Get, User)],
+            get(history::feedback_stats),
+        )
+        .route(
+            "/threads/{thread_id}/runs/{run_id}/feedback/{feedback_id}",
+            &[(Delete, User)],
+            delete(history::delete_feedback_by_id),
         )
         .route("/input-polish", &[(Post, User)], post(polish::polish))
         .route(

@@ -1,12 +1,12 @@
-//! Thread helpers of the DeerFlow UI: `GET /api/threads/{id}/messages/page` (its history
-//! source), `GET /api/threads/{id}/token-usage`, and follow-up suggestions.
+//! Thread helpers of the DeerFlow UI: `GET /api/threads/{id}/token-usage`, follow-up
+//! suggestions, and the checkpoint-derived history page ([`page`]).
 //!
-//! Both read the thread's latest checkpoint. Fawn keeps no run-event journal, so
-//! `messages/page` serves the checkpoint's messages with `seq` = the message's 1-based
-//! position in the thread: unique and stable as long as messages are only appended
-//! (summarization, which removes old messages, shifts them). `run_id` is the message's
-//! `additional_kwargs.run_id` when present and `created_at` is `null`: checkpoints do not
-//! record them per message.
+//! `messages/page` is served from the run-event journal ([`super::history`]); a thread with
+//! no journal rows (its runs predate it) falls back to [`page`]: the latest checkpoint's
+//! messages with `seq` = the message's 1-based position in the thread, unique and stable
+//! as long as messages are only appended (summarization, which removes old messages, shifts
+//! them). There `run_id` is the message's `additional_kwargs.run_id` when present and
+//! `created_at` is `null`: checkpoints do not record them per message.
 //!
 //! Suggestions follow `suggestions:` (on by default, as in DeerFlow): the default model (or
 //! `model_name`) is asked for follow-up questions as a JSON array, and whatever goes wrong
@@ -15,7 +15,7 @@
 use super::thread_param;
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{JsonBody, Path, Query};
+use crate::extract::{JsonBody, Path};
 use crate::routes::threads::load_thread;
 use crate::wire::ok;
 use axum::extract::State;
@@ -28,9 +28,6 @@ use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// Largest page of `messages/page`.
-pub const MAX_PAGE: u64 = 200;
-
 async fn latest_state(app: &AppState, thread_id: &str) -> ApiResult<Arc<ThreadState>> {
     load_thread(app, thread_id).await?;
     let cp = app
@@ -39,34 +36,6 @@ async fn latest_state(app: &AppState, thread_id: &str) -> ApiResult<Arc<ThreadSt
         .await
         .map_err(|e| ApiError::store("loading the thread's state", e))?;
     Ok(cp.map(|c| c.state).unwrap_or_default())
-}
-
-/// `GET /api/threads/{id}/messages/page?limit=50&before_seq=`.
-pub async fn messages_page(
-    State(app): State<AppState>,
-    Path(thread_id): Path<String>,
-    q: Query,
-) -> ApiResult<Response> {
-    let thread_id = thread_param(&thread_id)?;
-    let limit = q.u64("limit")?.unwrap_or(50);
-    if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(ApiError::unprocessable(format!(
-            "Invalid value for query parameter `limit`: must be between 1 and {MAX_PAGE}"
-        )));
-    }
-    let before = q.u64("before_seq")?;
-    if before == Some(0) {
-        return Err(ApiError::unprocessable(
-            "Invalid value for query parameter `before_seq`: must be at least 1",
-        ));
-    }
-    let state = latest_state(&app, &thread_id).await?;
-    let (data, has_more, next) = page(&state.messages, limit as usize, before);
-    Ok(ok(&json!({
-        "data": data,
-        "has_more": has_more,
-        "next_before_seq": next,
-    })))
 }
 
 /// One page ending just before `before` (1-based seqs), oldest first.
