@@ -333,6 +333,19 @@ pub trait JournalStore: Send + Sync {
         thread_id: &str,
         run_id: &str,
         events: Vec<NewRunEvent>,
+    ) -> Result<Vec<RunEvent>> {
+        self.append_run_events_seeded(thread_id, run_id, events, &Vec::new)
+            .await
+    }
+    /// [`JournalStore::append_run_events`], but when the thread has no rows yet the rows
+    /// `seed` builds (each with its own run id) go first: the history of a thread from
+    /// before the journal. `seed` is only called then.
+    async fn append_run_events_seeded(
+        &self,
+        thread_id: &str,
+        run_id: &str,
+        events: Vec<NewRunEvent>,
+        seed: &(dyn Fn() -> Vec<(String, NewRunEvent)> + Send + Sync),
     ) -> Result<Vec<RunEvent>>;
     /// Rows of a thread (see [`EventQuery`]), ascending by `seq`.
     async fn thread_events(&self, thread_id: &str, query: &EventQuery) -> Result<Vec<RunEvent>>;

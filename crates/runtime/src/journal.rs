@@ -5,8 +5,10 @@
 //!
 //! Nothing is written per token or per step. Rows are never rewritten: a message the run
 //! replaced in place (same id) or a summarization that removes old messages leaves earlier
-//! rows as they are. Hidden and control messages (`hide_from_ui`, the `summary` message,
-//! system messages, removals) are not history and are skipped. The run's last AI message
+//! rows as they are. System messages, removals, the `summary` message and hidden human
+//! messages (reminders) are not history and are skipped. The first run of a thread whose
+//! history predates the journal seeds it with that history (one synthetic run per turn,
+//! `checkpoint-{n}`), so its page does not lose it. The run's last AI message
 //! carries `turn_duration` (whole seconds from the run's creation to its end) in its
 //! metadata.
 //!
@@ -16,7 +18,7 @@
 use crate::runtime::Rt;
 use chrono::{DateTime, Utc};
 use fawn_checkpoint::{NewRunEvent, Run};
-use fawn_state::{Message, MessageKind, ThreadState};
+use fawn_state::{Message, MessageKind, Messages, ThreadState};
 use serde_json::{Map, Value, json};
 use std::collections::HashSet;
 
@@ -29,14 +31,65 @@ pub const MESSAGE: &str = "message";
 /// The caller every lead-agent row carries.
 pub const LEAD_AGENT: &str = "lead_agent";
 
+/// What a run starts from: its messages (a cheap clone) and their ids.
+pub struct Start {
+    ids: HashSet<String>,
+    messages: Messages,
+}
+
+impl Start {
+    pub fn of(state: &ThreadState) -> Start {
+        Start {
+            ids: message_ids(state),
+            messages: state.messages.clone(),
+        }
+    }
+
+    /// The rows of a thread whose history predates the journal: its messages, one
+    /// synthetic run (`checkpoint-{n}`) per human turn. Only built when the thread has no
+    /// journal rows yet.
+    pub fn seed(&self, at: DateTime<Utc>) -> Vec<(String, NewRunEvent)> {
+        let mut turn = 0;
+        self.messages
+            .iter()
+            .filter_map(|m| {
+                if m.kind == MessageKind::Human && event_type(m).is_some() {
+                    turn += 1;
+                }
+                let mut row = row(m, at)?;
+                row.metadata
+                    .insert("seeded_from".into(), json!("checkpoint"));
+                Some((format!("checkpoint-{turn}"), row))
+            })
+            .collect()
+    }
+}
+
 /// The ids of the messages a run starts from.
 pub fn message_ids(state: &ThreadState) -> HashSet<String> {
     state.messages.iter().filter_map(|m| m.id.clone()).collect()
 }
 
+/// The summary and hidden human messages (reminders) are not history. Hidden AI and tool
+/// messages are kept, as DeerFlow does: its UI hides them itself.
 fn hidden(m: &Message) -> bool {
     m.name.as_deref() == Some("summary")
-        || m.additional_kwargs.get("hide_from_ui") == Some(&Value::Bool(true))
+        || (m.kind == MessageKind::Human
+            && m.additional_kwargs.get("hide_from_ui") == Some(&Value::Bool(true)))
+}
+
+fn row(m: &Message, created_at: DateTime<Utc>) -> Option<NewRunEvent> {
+    let event_type = event_type(m)?;
+    let content = serde_json::to_value(m).ok()?;
+    let mut metadata = Map::new();
+    metadata.insert("caller".into(), json!(LEAD_AGENT));
+    Some(NewRunEvent {
+        event_type: event_type.to_string(),
+        category: MESSAGE.to_string(),
+        content,
+        metadata,
+        created_at,
+    })
 }
 
 fn event_type(m: &Message) -> Option<&'static str> {
@@ -64,21 +117,12 @@ pub fn new_rows(
         .iter()
         .filter(|m| m.id.as_ref().is_some_and(|id| !start.contains(id)))
         .filter_map(|m| {
-            let event_type = event_type(m)?;
-            let content = serde_json::to_value(m).ok()?;
-            let mut metadata = Map::new();
-            metadata.insert("caller".into(), json!(LEAD_AGENT));
-            Some(NewRunEvent {
-                event_type: event_type.to_string(),
-                category: MESSAGE.to_string(),
-                content,
-                metadata,
-                created_at: if m.kind == MessageKind::Human {
-                    started_at
-                } else {
-                    ended_at
-                },
-            })
+            let at = if m.kind == MessageKind::Human {
+                started_at
+            } else {
+                ended_at
+            };
+            row(m, at)
         })
         .collect();
     if let Some(last_ai) = rows.iter_mut().rev().find(|r| r.event_type == AI_RESPONSE) {
@@ -95,17 +139,18 @@ pub fn new_rows(
 pub async fn record(
     rt: &Rt,
     run: &Run,
-    start: &HashSet<String>,
+    start: &Start,
     end: &ThreadState,
     started_at: DateTime<Utc>,
 ) {
-    let rows = new_rows(start, end, started_at, Utc::now(), run.created_at);
+    let rows = new_rows(&start.ids, end, started_at, Utc::now(), run.created_at);
     if rows.is_empty() {
         return;
     }
+    let seed = || start.seed(started_at);
     if let Err(e) = rt
         .store
-        .append_run_events(&run.thread_id, &run.run_id, rows)
+        .append_run_events_seeded(&run.thread_id, &run.run_id, rows, &seed)
         .await
     {
         tracing::warn!(run_id = %run.run_id, error = %e, "writing the run's journal failed");
@@ -131,6 +176,11 @@ mod tests {
                 msg(Message::ai("old answer"), "a0"),
             ]))
             .unwrap();
+        let begin = Start::of(&start);
+        let seeded = begin.seed(Utc::now());
+        let seeded_runs: Vec<&str> = seeded.iter().map(|(r, _)| r.as_str()).collect();
+        assert_eq!(seeded_runs, vec!["checkpoint-1", "checkpoint-1"]);
+        assert_eq!(seeded[1].1.event_type, AI_RESPONSE);
         let ids = message_ids(&start);
         assert_eq!(ids.len(), 2);
         let mut end = start.clone();

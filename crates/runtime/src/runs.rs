@@ -23,7 +23,7 @@ use fawn_checkpoint::{
 };
 use futures::FutureExt;
 use serde_json::{Map, Value, json};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
@@ -582,7 +582,7 @@ async fn run_attempt(rt: &Rt, run: &Run, active: &Arc<ActiveRun>) {
     }
     observer.graph_start(kw.input.as_ref());
     // What the journal compares the run's final messages with (not for temporary threads).
-    let start_ids = (!kw.temporary).then(|| crate::journal::message_ids(&spec.start.state));
+    let journal_start = (!kw.temporary).then(|| crate::journal::Start::of(&spec.start.state));
     let dyn_obs: Arc<dyn RunObserver> = observer.clone();
     let outcome = match std::panic::AssertUnwindSafe(graph.run(spec, dyn_obs, active.token.clone()))
         .catch_unwind()
@@ -606,7 +606,7 @@ async fn run_attempt(rt: &Rt, run: &Run, active: &Arc<ActiveRun>) {
         outcome,
         active,
         started_at,
-        start_ids.as_ref(),
+        journal_start.as_ref(),
     )
     .await;
 }
@@ -646,14 +646,14 @@ async fn complete(
     outcome: RunOutcome,
     active: &Arc<ActiveRun>,
     started_at: chrono::DateTime<chrono::Utc>,
-    start_ids: Option<&HashSet<String>>,
+    start: Option<&crate::journal::Start>,
 ) {
     let _ = rt
         .hooks
         .reach(Point::BeforeFinish, &run.run_id, &active.token)
         .await;
     finish(
-        rt, run, kw, log, observer, outcome, active, started_at, start_ids,
+        rt, run, kw, log, observer, outcome, active, started_at, start,
     )
     .await;
     let _ = rt
@@ -672,7 +672,7 @@ async fn finish(
     outcome: RunOutcome,
     active: &Arc<ActiveRun>,
     started_at: chrono::DateTime<chrono::Utc>,
-    start_ids: Option<&HashSet<String>>,
+    start: Option<&crate::journal::Start>,
 ) {
     let modes = observer.modes();
     let reason = active.reason();
@@ -823,8 +823,8 @@ async fn finish(
     };
     // The run's messages go to the journal before its status: whoever sees it finished
     // finds them.
-    if let (Some(start_ids), Some(l)) = (start_ids, &last) {
-        crate::journal::record(rt, run, start_ids, &l.state, started_at).await;
+    if let (Some(start), Some(l)) = (start, &last) {
+        crate::journal::record(rt, run, start, &l.state, started_at).await;
     }
     // The thread's status follows its latest checkpoint, also after a cancel: nodes still
     // scheduled next leave it `interrupted` (as the official server does), none `idle`.

@@ -87,6 +87,7 @@ impl SqlStore {
         thread_id: &str,
         run_id: &str,
         events: &[NewRunEvent],
+        seed: &(dyn Fn() -> Vec<(String, NewRunEvent)> + Send + Sync),
     ) -> DbResult<Vec<RunEvent>> {
         let mut tx = self.db.begin().await?;
         if !lock_thread(&mut tx, self.dialect(), thread_id).await? {
@@ -103,18 +104,24 @@ impl SqlStore {
             .map(|r| r.int("last"))
             .transpose()?
             .unwrap_or(0);
-        let mut stored = Vec::with_capacity(events.len());
+        let seeded = if last == 0 { seed() } else { Vec::new() };
+        let rows: Vec<(&str, &NewRunEvent)> = seeded
+            .iter()
+            .map(|(r, e)| (r.as_str(), e))
+            .chain(events.iter().map(|e| (run_id, e)))
+            .collect();
+        let mut stored = Vec::with_capacity(rows.len());
         let mut seq = last;
-        for chunk in events.chunks(INSERT_CHUNK) {
+        for chunk in rows.chunks(INSERT_CHUNK) {
             let mut b = Binds::new();
             let mut values = Vec::with_capacity(chunk.len());
-            for e in chunk {
+            for (run_id, e) in chunk {
                 seq += 1;
                 values.push(format!(
                     "({}, {}, {}, {}, {}, {}, {}, {})",
                     b.push(thread_id),
                     b.push(seq),
-                    b.push(run_id),
+                    b.push(*run_id),
                     b.push(e.event_type.as_str()),
                     b.push(e.category.as_str()),
                     b.push(Arg::json(&e.content)),
@@ -238,16 +245,17 @@ impl SqlStore {
 
 #[async_trait]
 impl JournalStore for SqlStore {
-    async fn append_run_events(
+    async fn append_run_events_seeded(
         &self,
         thread_id: &str,
         run_id: &str,
         events: Vec<NewRunEvent>,
+        seed: &(dyn Fn() -> Vec<(String, NewRunEvent)> + Send + Sync),
     ) -> Result<Vec<RunEvent>> {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        retry!(self.append_once(thread_id, run_id, &events))
+        retry!(self.append_once(thread_id, run_id, &events, seed))
     }
 
     async fn thread_events(&self, thread_id: &str, query: &EventQuery) -> Result<Vec<RunEvent>> {

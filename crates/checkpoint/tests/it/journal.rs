@@ -11,6 +11,7 @@ conformance!(store:
     run_events_by_run_and_type,
     run_events_concurrent_appends_get_distinct_seqs,
     run_events_go_with_their_thread,
+    run_events_seed_only_an_empty_journal,
     feedback_upsert_list_delete,
 );
 
@@ -353,4 +354,41 @@ async fn feedback_upsert_list_delete(db: Arc<dyn Persistence>) {
     assert!(!db.delete_feedback(&bob.feedback_id).await.unwrap());
     assert_eq!(db.get_feedback(&bob.feedback_id).await.unwrap(), None);
     assert!(db.list_feedback(&t, None, None).await.unwrap().is_empty());
+}
+
+async fn run_events_seed_only_an_empty_journal(db: Arc<dyn Persistence>) {
+    let t = thread(&db).await;
+    let seed = || {
+        vec![
+            ("old-1".to_string(), event("llm.human.input", 0)),
+            ("old-1".to_string(), event("llm.ai.response", 1)),
+        ]
+    };
+    let rows = db
+        .append_run_events_seeded(&t, "r1", vec![event("llm.ai.response", 2)], &seed)
+        .await
+        .unwrap();
+    assert_eq!(seqs(&rows), vec![1, 2, 3]);
+    let runs: Vec<&str> = rows.iter().map(|r| r.run_id.as_str()).collect();
+    assert_eq!(runs, vec!["old-1", "old-1", "r1"]);
+    let rows = db
+        .append_run_events_seeded(&t, "r2", vec![event("llm.ai.response", 3)], &seed)
+        .await
+        .unwrap();
+    assert_eq!(
+        seqs(&rows),
+        vec![4],
+        "the seed is only used for an empty journal"
+    );
+    let all = db
+        .thread_events(
+            &t,
+            &EventQuery {
+                limit: 100,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(seqs(&all), vec![1, 2, 3, 4]);
 }

@@ -485,6 +485,29 @@ async fn threads_without_a_journal_page_their_checkpoint(db: Db) {
         .get_json(&format!("/api/threads/{tid}/messages/page?before_seq=2"))
         .await;
     assert_eq!(seqs(p["data"].as_array().unwrap()), vec![1]);
+    // Its first run seeds the journal with that history, one synthetic run per turn.
+    app.mock.push(Turn::text("New answer."));
+    let rid = run(&app, &tid, "new question").await;
+    let (_, p) = app
+        .get_json(&format!("/api/threads/{tid}/messages/page"))
+        .await;
+    let data = p["data"].as_array().unwrap();
+    assert_eq!(seqs(data), vec![1, 2, 3, 4], "{p}");
+    assert_eq!(
+        col(data, "run_id"),
+        vec![
+            &json!("checkpoint-1"),
+            &json!("checkpoint-1"),
+            &json!(rid),
+            &json!(rid)
+        ]
+    );
+    let ids: Vec<&Value> = data.iter().map(|r| &r["content"]["id"]).collect();
+    assert_eq!(&ids[..2], &[&json!("h-old"), &json!("a-old")]);
+    assert_eq!(data[3]["content"]["content"], "New answer.");
+    assert!(data[3]["content"]["additional_kwargs"]["turn_duration"].is_number());
+    assert!(data[1]["content"]["additional_kwargs"]["turn_duration"].is_null());
+
     // An empty thread pages nothing.
     let empty = app.create_thread().await;
     let (s, p) = app
