@@ -1,6 +1,6 @@
-//! Persistence: checkpoints, threads, runs (the run queue), assistants, crons, the store and
-//! user accounts with their API keys, on SQLite (embedded default) or Postgres, behind one
-//! set of traits ([`Persistence`]).
+//! Persistence: checkpoints, threads, runs (the run queue), assistants, crons, the store,
+//! user accounts with their API keys, and the run-event journal with run feedback, on SQLite
+//! (embedded default) or Postgres, behind one set of traits ([`Persistence`]).
 //!
 //! Checkpoints are stored as deltas (each step's writes) plus snapshots taken when the deltas
 //! written since the last snapshot outweigh it, so the cost of a step does not grow with the
