@@ -337,6 +337,15 @@ pub struct FeedbackBody {
     message_id: Option<String>,
 }
 
+/// Postgres text cannot hold U+0000: stored as U+FFFD (as in JSON columns).
+fn no_nul(s: String) -> String {
+    if s.contains('\0') {
+        s.replace('\0', "\u{FFFD}")
+    } else {
+        s
+    }
+}
+
 fn feedback_json(f: &Feedback) -> Value {
     json!({
         "feedback_id": f.feedback_id,
@@ -368,9 +377,13 @@ async fn save_feedback(
             thread_id,
             run_id,
             user_id: principal.scope().unwrap_or_default().to_string(),
-            message_id: if with_message { body.message_id } else { None },
+            message_id: if with_message {
+                body.message_id.map(no_nul)
+            } else {
+                None
+            },
             rating: body.rating,
-            comment: body.comment,
+            comment: body.comment.map(no_nul),
         })
         .await
         .map_err(store_err("saving feedback"))?;

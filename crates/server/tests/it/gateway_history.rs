@@ -350,6 +350,14 @@ async fn feedback_round_trip(db: Db) {
     }
     let (s, _) = req(&app, "PUT", &base, Some(json!({"comment": "no rating"}))).await;
     assert_eq!(s, 422);
+    let (s, f) = req(
+        &app,
+        "PUT",
+        &base,
+        Some(json!({"rating": -1, "comment": "a\u{0}b"})),
+    )
+    .await;
+    assert_eq!((s, &f["comment"]), (200, &json!("a\u{FFFD}b")), "{f}");
     let ghost = uuid::Uuid::new_v4();
     let (s, _) = req(
         &app,
