@@ -23,6 +23,8 @@ macro_rules! feedback_cols {
 
 /// Rows per INSERT statement (8 parameters each, well under both databases' limits).
 const INSERT_CHUNK: usize = 400;
+/// Tries of the one-statement append before the locking one.
+const FAST_ATTEMPTS: usize = 8;
 
 fn event_from_row(r: &Row) -> DbResult<RunEvent> {
     Ok(RunEvent {
@@ -82,7 +84,102 @@ fn window(b: &mut Binds, q: &EventQuery) -> (String, String, bool) {
 }
 
 impl SqlStore {
+    /// The common case in one statement (one round trip): a thread that has journal rows
+    /// gets the run's rows after its last `seq`. `None` when the journal is empty (or the
+    /// thread is gone), the rows do not fit one statement, or concurrent appends kept
+    /// taking the same seqs: then [`SqlStore::append_locked`] does it.
+    async fn append_fast(
+        &self,
+        thread_id: &str,
+        run_id: &str,
+        events: &[NewRunEvent],
+    ) -> DbResult<Option<Vec<RunEvent>>> {
+        if events.len() > INSERT_CHUNK {
+            return Ok(None);
+        }
+        for _ in 0..FAST_ATTEMPTS {
+            let mut b = Binds::new();
+            let thread = b.push(thread_id);
+            let run = b.push(run_id);
+            let values: Vec<String> = events
+                .iter()
+                .enumerate()
+                .map(|(i, e)| {
+                    format!(
+                        "({}, {}, {}, {}, {}, {})",
+                        i + 1,
+                        b.push(e.event_type.as_str()),
+                        b.push(e.category.as_str()),
+                        b.push(Arg::json(&e.content)),
+                        b.push(Arg::json_map(&e.metadata)),
+                        b.push(Arg::ts(e.created_at)),
+                    )
+                })
+                .collect();
+            let sql = format!(
+                "WITH last AS (SELECT MAX(seq) AS seq FROM run_events WHERE thread_id = {thread}) \
+                 INSERT INTO run_events ({cols}) \
+                 SELECT {thread}, last.seq + v.column1, {run}, v.column2, v.column3, v.column4, \
+                 v.column5, v.column6 FROM last, (VALUES {values}) AS v \
+                 WHERE last.seq IS NOT NULL RETURNING seq",
+                cols = event_cols!(),
+                values = values.join(", "),
+            );
+            match self.db.write_all(Sql::dynamic(sql, b.args)).await {
+                Ok(rows) if rows.is_empty() => return Ok(None),
+                Ok(rows) => {
+                    let mut seqs = rows
+                        .iter()
+                        .map(|r| r.int("seq"))
+                        .collect::<DbResult<Vec<_>>>()?;
+                    seqs.sort_unstable();
+                    let stored = seqs
+                        .into_iter()
+                        .zip(events)
+                        .map(|(seq, e)| RunEvent {
+                            thread_id: thread_id.to_string(),
+                            run_id: run_id.to_string(),
+                            seq,
+                            event_type: e.event_type.clone(),
+                            category: e.category.clone(),
+                            content: e.content.clone(),
+                            metadata: e.metadata.clone(),
+                            created_at: ids::from_micros(ids::to_micros(e.created_at)),
+                        })
+                        .collect();
+                    return Ok(Some(stored));
+                }
+                // Another run of the thread took these seqs first: read the last one again.
+                Err(e) if e.is_unique_violation() => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+
     async fn append_once(
+        &self,
+        thread_id: &str,
+        run_id: &str,
+        events: &[NewRunEvent],
+        seed: &(dyn Fn() -> Vec<(String, NewRunEvent)> + Send + Sync),
+    ) -> DbResult<Vec<RunEvent>> {
+        // A one-statement append of another run of the thread can take the seqs the
+        // locking one read (it does not wait for the lock): then both start again.
+        for _ in 0..FAST_ATTEMPTS {
+            if let Some(stored) = self.append_fast(thread_id, run_id, events).await? {
+                return Ok(stored);
+            }
+            match self.append_locked(thread_id, run_id, events, seed).await {
+                Err(e) if e.is_unique_violation() => continue,
+                other => return other,
+            }
+        }
+        self.append_locked(thread_id, run_id, events, seed).await
+    }
+
+    /// The general append: a transaction that locks the thread (seeding an empty journal).
+    async fn append_locked(
         &self,
         thread_id: &str,
         run_id: &str,
