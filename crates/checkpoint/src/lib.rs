@@ -334,7 +334,7 @@ pub trait JournalStore: Send + Sync {
         run_id: &str,
         events: Vec<NewRunEvent>,
     ) -> Result<Vec<RunEvent>> {
-        self.append_run_events_seeded(thread_id, run_id, events, &Vec::new)
+        self.append_run_events_seeded(thread_id, run_id, events, None)
             .await
     }
     /// [`JournalStore::append_run_events`], but when the thread has no rows yet the rows
@@ -345,7 +345,7 @@ pub trait JournalStore: Send + Sync {
         thread_id: &str,
         run_id: &str,
         events: Vec<NewRunEvent>,
-        seed: &(dyn Fn() -> Vec<(String, NewRunEvent)> + Send + Sync),
+        seed: Option<&(dyn Fn() -> Vec<(String, NewRunEvent)> + Send + Sync)>,
     ) -> Result<Vec<RunEvent>>;
     /// Rows of a thread (see [`EventQuery`]), ascending by `seq`.
     async fn thread_events(&self, thread_id: &str, query: &EventQuery) -> Result<Vec<RunEvent>>;

@@ -147,10 +147,13 @@ pub async fn record(
     if rows.is_empty() {
         return;
     }
+    // Only a run that starts from messages can have history to seed.
     let seed = || start.seed(started_at);
+    let seed: Option<&(dyn Fn() -> Vec<(String, NewRunEvent)> + Send + Sync)> =
+        (!start.messages.is_empty()).then_some(&seed);
     if let Err(e) = rt
         .store
-        .append_run_events_seeded(&run.thread_id, &run.run_id, rows, &seed)
+        .append_run_events_seeded(&run.thread_id, &run.run_id, rows, seed)
         .await
     {
         tracing::warn!(run_id = %run.run_id, error = %e, "writing the run's journal failed");

@@ -93,6 +93,7 @@ impl SqlStore {
         thread_id: &str,
         run_id: &str,
         events: &[NewRunEvent],
+        may_start: bool,
     ) -> DbResult<Option<Vec<RunEvent>>> {
         if events.len() > INSERT_CHUNK {
             return Ok(None);
@@ -116,12 +117,21 @@ impl SqlStore {
                     )
                 })
                 .collect();
+            // Without a seed an empty journal starts at 1 here too (the thread must exist).
+            let (last, cond) = if may_start {
+                (
+                    "COALESCE(MAX(seq), 0)",
+                    format!("EXISTS (SELECT 1 FROM threads WHERE thread_id = {thread})"),
+                )
+            } else {
+                ("MAX(seq)", "last.seq IS NOT NULL".to_string())
+            };
             let sql = format!(
-                "WITH last AS (SELECT MAX(seq) AS seq FROM run_events WHERE thread_id = {thread}) \
+                "WITH last AS (SELECT {last} AS seq FROM run_events WHERE thread_id = {thread}) \
                  INSERT INTO run_events ({cols}) \
                  SELECT {thread}, last.seq + v.column1, {run}, v.column2, v.column3, v.column4, \
                  v.column5, v.column6 FROM last, (VALUES {values}) AS v \
-                 WHERE last.seq IS NOT NULL RETURNING seq",
+                 WHERE {cond} RETURNING seq",
                 cols = event_cols!(),
                 values = values.join(", "),
             );
@@ -162,12 +172,15 @@ impl SqlStore {
         thread_id: &str,
         run_id: &str,
         events: &[NewRunEvent],
-        seed: &(dyn Fn() -> Vec<(String, NewRunEvent)> + Send + Sync),
+        seed: Option<&(dyn Fn() -> Vec<(String, NewRunEvent)> + Send + Sync)>,
     ) -> DbResult<Vec<RunEvent>> {
         // A one-statement append of another run of the thread can take the seqs the
         // locking one read (it does not wait for the lock): then both start again.
         for _ in 0..FAST_ATTEMPTS {
-            if let Some(stored) = self.append_fast(thread_id, run_id, events).await? {
+            if let Some(stored) = self
+                .append_fast(thread_id, run_id, events, seed.is_none())
+                .await?
+            {
                 return Ok(stored);
             }
             match self.append_locked(thread_id, run_id, events, seed).await {
@@ -184,7 +197,7 @@ impl SqlStore {
         thread_id: &str,
         run_id: &str,
         events: &[NewRunEvent],
-        seed: &(dyn Fn() -> Vec<(String, NewRunEvent)> + Send + Sync),
+        seed: Option<&(dyn Fn() -> Vec<(String, NewRunEvent)> + Send + Sync)>,
     ) -> DbResult<Vec<RunEvent>> {
         let mut tx = self.db.begin().await?;
         if !lock_thread(&mut tx, self.dialect(), thread_id).await? {
@@ -201,7 +214,10 @@ impl SqlStore {
             .map(|r| r.int("last"))
             .transpose()?
             .unwrap_or(0);
-        let seeded = if last == 0 { seed() } else { Vec::new() };
+        let seeded = match seed {
+            Some(seed) if last == 0 => seed(),
+            _ => Vec::new(),
+        };
         let rows: Vec<(&str, &NewRunEvent)> = seeded
             .iter()
             .map(|(r, e)| (r.as_str(), e))
@@ -347,7 +363,7 @@ impl JournalStore for SqlStore {
         thread_id: &str,
         run_id: &str,
         events: Vec<NewRunEvent>,
-        seed: &(dyn Fn() -> Vec<(String, NewRunEvent)> + Send + Sync),
+        seed: Option<&(dyn Fn() -> Vec<(String, NewRunEvent)> + Send + Sync)>,
     ) -> Result<Vec<RunEvent>> {
         if events.is_empty() {
             return Ok(Vec::new());

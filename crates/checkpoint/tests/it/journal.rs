@@ -367,14 +367,14 @@ async fn run_events_seed_only_an_empty_journal(db: Arc<dyn Persistence>) {
         ]
     };
     let rows = db
-        .append_run_events_seeded(&t, "r1", vec![event("llm.ai.response", 2)], &seed)
+        .append_run_events_seeded(&t, "r1", vec![event("llm.ai.response", 2)], Some(&seed))
         .await
         .unwrap();
     assert_eq!(seqs(&rows), vec![1, 2, 3]);
     let runs: Vec<&str> = rows.iter().map(|r| r.run_id.as_str()).collect();
     assert_eq!(runs, vec!["old-1", "old-1", "r1"]);
     let rows = db
-        .append_run_events_seeded(&t, "r2", vec![event("llm.ai.response", 3)], &seed)
+        .append_run_events_seeded(&t, "r2", vec![event("llm.ai.response", 3)], Some(&seed))
         .await
         .unwrap();
     assert_eq!(
