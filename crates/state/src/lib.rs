@@ -19,6 +19,6 @@ pub use message::{
     ToolCallChunk, UsageMetadata, messages_from_value,
 };
 pub use state::{
-    ReducerError, SandboxState, StateError, StateUpdate, ThreadData, ThreadState, Todo,
+    GoalState, ReducerError, SandboxState, StateError, StateUpdate, ThreadData, ThreadState, Todo,
     add_messages,
 };

@@ -40,6 +40,38 @@ pub struct Todo {
     pub extra: Map<String, Value>,
 }
 
+/// `goal` channel: a thread-scoped objective the agent keeps pursuing (DeerFlow's
+/// `GoalState`, `/goal`). Fields Fawn does not know are kept.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GoalState {
+    pub objective: String,
+    /// Always `active` (a goal that is no longer active is removed).
+    #[serde(default = "goal_active")]
+    pub status: String,
+    #[serde(default)]
+    pub created_at: String,
+    #[serde(default)]
+    pub updated_at: String,
+    #[serde(default)]
+    pub continuation_count: u32,
+    #[serde(default)]
+    pub max_continuations: u32,
+    #[serde(default)]
+    pub no_progress_count: u32,
+    #[serde(default)]
+    pub max_no_progress_continuations: u32,
+    /// The evaluator's latest verdict (`{satisfied, blocker, reason, evidence_summary,
+    /// run_id, evaluated_at, progress_key, stand_down_reason?}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_evaluation: Option<Map<String, Value>>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+fn goal_active() -> String {
+    "active".to_string()
+}
+
 /// The lead agent's thread state. Channels that were never written are `None` and are not
 /// serialized, so `values` only shows what exists (as LangGraph does).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -61,6 +93,8 @@ pub struct ThreadState {
     pub viewed_images: Option<Map<String, Value>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub summary_text: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub goal: Option<GoalState>,
     /// Any other key a client or tool wrote (last value wins).
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -103,6 +137,11 @@ pub struct StateUpdate {
     pub viewed_images: Option<Map<String, Value>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub summary_text: Option<Option<String>>,
+    /// DeerFlow's `merge_goal`: not written keeps the goal, a goal replaces it. An explicit
+    /// `null` (`Some(None)`) removes it: DeerFlow's goal writer and its state-update route
+    /// both overwrite the channel past the reducer, which is the only way a `null` reaches it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub goal: Option<Option<GoalState>>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -202,6 +241,7 @@ impl StateUpdate {
                     }
                 }
                 "summary_text" => u.summary_text = Some(last_value("summary_text", v)?),
+                "goal" => u.goal = Some(last_value("goal", v)?),
                 _ => {
                     u.extra.insert(k, v);
                 }
@@ -275,6 +315,9 @@ impl StateUpdate {
         }
         if other.summary_text.is_some() {
             self.summary_text = other.summary_text;
+        }
+        if other.goal.is_some() {
+            self.goal = other.goal;
         }
         self.extra.extend(other.extra);
     }
@@ -529,6 +572,9 @@ impl ThreadState {
             if let Some(s) = &w.summary_text {
                 self.summary_text = s.clone();
             }
+            if let Some(g) = &w.goal {
+                self.goal = g.clone();
+            }
             for (k, v) in &w.extra {
                 self.extra.insert(k.clone(), v.clone());
             }
@@ -561,6 +607,7 @@ impl ThreadState {
             uploaded_files: self.uploaded_files.clone().map(Some),
             viewed_images: self.viewed_images.clone(),
             summary_text: self.summary_text.clone().map(Some),
+            goal: self.goal.clone().map(Some),
             extra: self.extra.clone(),
         }
     }
@@ -720,5 +767,43 @@ mod tests {
         let back: ThreadState = serde_json::from_value(v.clone()).unwrap();
         assert_eq!(back, s);
         assert_eq!(back.to_value(), v);
+    }
+
+    #[test]
+    fn goal_is_kept_unless_written_and_cleared_by_null() {
+        let goal = json!({"objective": "ship it", "status": "active",
+            "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z",
+            "continuation_count": 0, "max_continuations": 8, "no_progress_count": 0,
+            "max_no_progress_continuations": 2, "future_field": [1]});
+        let mut s = ThreadState::default();
+        s.apply(&mut upd(json!({"goal": goal.clone()}))).unwrap();
+        // A write that does not name the goal keeps it.
+        s.apply(&mut upd(json!({"title": "t"}))).unwrap();
+        assert_eq!(s.goal.as_ref().unwrap().objective, "ship it");
+        assert_eq!(s.to_value()["goal"], goal);
+        // Round trip (a stored snapshot), unknown goal fields included.
+        let back: ThreadState = serde_json::from_value(s.to_value()).unwrap();
+        assert_eq!(back, s);
+        // A new goal replaces; an explicit null removes it (no `goal` key left).
+        s.apply(&mut upd(json!({"goal": {"objective": "other"}})))
+            .unwrap();
+        let g = s.goal.clone().unwrap();
+        assert_eq!(
+            (g.objective.as_str(), g.status.as_str()),
+            ("other", "active")
+        );
+        assert!(g.extra.is_empty());
+        let mut clear = upd(json!({"goal": null}));
+        assert_eq!(clear.to_value(), json!({"goal": null}));
+        s.apply(&mut clear).unwrap();
+        assert!(s.goal.is_none());
+        assert!(s.to_value().get("goal").is_none());
+        // Not a goal: refused with the channel named.
+        let e = StateUpdate::from_value(json!({"goal": {"status": "active"}})).unwrap_err();
+        assert!(e.to_string().starts_with("`goal`:"), "{e}");
+        // Merged writes keep the last goal write.
+        let mut a = upd(json!({"goal": {"objective": "a"}}));
+        a.merge(upd(json!({"goal": null})));
+        assert_eq!(a.goal, Some(None));
     }
 }

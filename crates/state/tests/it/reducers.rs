@@ -80,6 +80,12 @@ fn update_json() -> impl Strategy<Value = Value> {
         "[a-z]{1,3}".prop_map(|c| json!([{"content": c, "status": "pending"}])),
     ];
     let last_value = prop_oneof![Just(Value::Null), "[a-z]{0,3}".prop_map(Value::String)];
+    let goal = prop_oneof![
+        Just(Value::Null),
+        ("[a-z]{1,3}", 0..3u32).prop_map(|(o, n)| json!({"objective": o, "status": "active",
+            "created_at": "t0", "updated_at": "t1", "continuation_count": n, "max_continuations": 8,
+            "no_progress_count": 0, "max_no_progress_continuations": 2})),
+    ];
     (
         prop::option::of(prop::collection::vec(message_json(), 0..5)),
         prop::option::of(artifacts),
@@ -96,7 +102,7 @@ fn update_json() -> impl Strategy<Value = Value> {
             Just(Value::Null),
             Just(json!([{"filename": "a.txt"}]))
         ]),
-        prop::option::of(small_json()),
+        prop::option::of(goal),
         prop::option::of(small_json()),
     )
         .prop_map(
@@ -346,6 +352,7 @@ proptest! {
             ("summary_text", s.summary_text.clone().map(Value::String), base.summary_text.clone().map(Value::String)),
             ("thread_data", s.thread_data.as_ref().map(|t| serde_json::to_value(t).unwrap()), base.thread_data.as_ref().map(|t| serde_json::to_value(t).unwrap())),
             ("uploaded_files", s.uploaded_files.clone().map(Value::Array), base.uploaded_files.clone().map(Value::Array)),
+            ("goal", s.goal.as_ref().map(|g| serde_json::to_value(g).unwrap()), base.goal.as_ref().map(|g| serde_json::to_value(g).unwrap())),
         ] {
             match o.get(key) {
                 Some(Value::Null) => prop_assert_eq!(got, None, "{}", key),
@@ -354,7 +361,7 @@ proptest! {
             }
         }
         // Unknown keys: last value, explicit null kept as null.
-        for key in ["goal", "custom_key"] {
+        for key in ["custom_key"] {
             match o.get(key) {
                 Some(v) => prop_assert_eq!(s.extra.get(key), Some(v)),
                 None => prop_assert_eq!(s.extra.get(key), base.extra.get(key)),
