@@ -49,7 +49,6 @@ pub const IGNORED_DEERFLOW_SECTIONS: &[&str] = &[
     "rag",
     "rate_limit",
     "redaction",
-    "run_events",
     "safety_finish_reason",
     "session_memory",
     "skill_evolution",
@@ -515,6 +514,7 @@ fn parse_app(
                 | "web"
                 | "run_ownership"
                 | "stream_bridge"
+                | "run_events"
         );
         if !known {
             if IGNORED_DEERFLOW_SECTIONS.contains(&key.as_str()) {
@@ -611,6 +611,23 @@ fn parse_app(
                             SuggestionsConfig::MAX_LIMIT,
                             s.max_suggestions
                         ),
+                    );
+                }
+            }
+            "run_events" => {
+                let e: RunEventsConfig = parse_section(&path, value, r);
+                if e.backend == RunEventsBackend::Jsonl {
+                    r.warn(
+                        keypath::key(&path, "backend"),
+                        "jsonl run events are not implemented; Fawn keeps the journal in its database",
+                    );
+                }
+                if e.max_trace_content >= 1 {
+                    app.run_events = e;
+                } else {
+                    r.error(
+                        keypath::key(&path, "max_trace_content"),
+                        "must be at least 1",
                     );
                 }
             }

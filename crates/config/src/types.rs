@@ -39,6 +39,7 @@ pub struct AppConfig {
     pub web: WebConfig,
     pub run_ownership: RunOwnershipConfig,
     pub stream_bridge: StreamBridgeConfig,
+    pub run_events: RunEventsConfig,
 }
 
 impl Default for AppConfig {
@@ -71,6 +72,7 @@ impl Default for AppConfig {
             run_ownership: RunOwnershipConfig::default(),
             stream_bridge: StreamBridgeConfig::default(),
             web: WebConfig::default(),
+            run_events: RunEventsConfig::default(),
         }
     }
 }
@@ -602,6 +604,40 @@ impl Default for InputPolishConfig {
             model_name: None,
         }
     }
+}
+
+/// `run_events:` (DeerFlow): the run-event journal behind the history routes. Fawn keeps it
+/// in its own database (SQLite or Postgres) whatever `backend` says: `db` is exactly that,
+/// `memory` (DeerFlow's default, lost on restart) gets the durable journal instead, and
+/// `jsonl` is not implemented (a warning; the database is used). `trace` events (the
+/// subagent step timeline) longer than `max_trace_content` bytes are cut there, marked
+/// `content_truncated` with the `original_byte_length`. `track_token_usage` is accepted:
+/// Fawn keeps no per-run token totals (token usage is read from the messages).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RunEventsConfig {
+    pub backend: RunEventsBackend,
+    pub max_trace_content: usize,
+    pub track_token_usage: bool,
+}
+
+impl Default for RunEventsConfig {
+    fn default() -> Self {
+        RunEventsConfig {
+            backend: RunEventsBackend::Memory,
+            max_trace_content: 10240,
+            track_token_usage: true,
+        }
+    }
+}
+
+/// Where DeerFlow would keep run events (see [`RunEventsConfig`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunEventsBackend {
+    Memory,
+    Db,
+    Jsonl,
 }
 
 /// `scheduler:` (DeerFlow): scheduled tasks (`/api/scheduled-tasks`). They are crons of

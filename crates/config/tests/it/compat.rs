@@ -1,6 +1,7 @@
 //! DeerFlow spellings: `api_base`, `mcpServers`, `transport`, aliases, legacy sections.
 
 use crate::{load_with, warning_lines};
+use fawn_config::RunEventsBackend;
 
 #[test]
 fn model_aliases() {
@@ -194,6 +195,46 @@ fn input_polish_and_scheduler_take_deerflow_defaults_and_bounds() {
             "scheduler.max_concurrent_runs: must be between 1 and 32, got 33",
             "scheduler.min_once_delay_seconds: must be between 1 and 86400, got 0",
         ]
+    );
+}
+
+#[test]
+fn run_events_typed_with_deerflow_defaults() {
+    let l = load_with("", None, &[]).unwrap();
+    let e = &l.settings.app.run_events;
+    assert_eq!(
+        (e.backend, e.max_trace_content, e.track_token_usage),
+        (RunEventsBackend::Memory, 10240, true)
+    );
+    // DeerFlow's example section loads without a warning.
+    let yaml =
+        "run_events:\n  backend: memory\n  max_trace_content: 10240\n  track_token_usage: true\n";
+    assert!(warning_lines(load_with(yaml, None, &[])).is_empty());
+    let l = load_with(
+        "run_events:\n  backend: db\n  max_trace_content: 64\n",
+        None,
+        &[],
+    )
+    .unwrap();
+    let e = &l.settings.app.run_events;
+    assert_eq!((e.backend, e.max_trace_content), (RunEventsBackend::Db, 64));
+    // jsonl is said out loud, not silently swapped.
+    assert_eq!(
+        warning_lines(load_with("run_events:\n  backend: jsonl\n", None, &[])),
+        [
+            "run_events.backend: jsonl run events are not implemented; Fawn keeps the journal in its database"
+        ]
+    );
+    assert_eq!(
+        crate::error_lines(load_with(
+            "run_events:\n  max_trace_content: 0\n",
+            None,
+            &[]
+        )),
+        ["run_events.max_trace_content: must be at least 1"]
+    );
+    assert!(
+        !crate::error_lines(load_with("run_events:\n  backend: redis\n", None, &[])).is_empty()
     );
 }
 
