@@ -13,9 +13,11 @@
 pub mod broker;
 pub mod bus;
 pub mod checkpoints;
+pub mod compact;
 pub mod create;
 pub mod crons;
 pub mod error;
+pub mod goal;
 pub mod graphs;
 pub mod hooks;
 pub mod journal;

@@ -584,19 +584,33 @@ async fn run_attempt(rt: &Rt, run: &Run, active: &Arc<ActiveRun>) {
     // What the journal compares the run's final messages with (not for temporary threads).
     let journal_start = (!kw.temporary).then(|| crate::journal::Start::of(&spec.start.state));
     let dyn_obs: Arc<dyn RunObserver> = observer.clone();
-    let outcome = match std::panic::AssertUnwindSafe(graph.run(spec, dyn_obs, active.token.clone()))
-        .catch_unwind()
-        .await
-    {
-        Ok(o) => o,
-        Err(_) => {
-            tracing::error!(run_id = %run.run_id, "the graph panicked");
-            RunOutcome::Error {
-                error: "InternalError".into(),
-                message: "the graph panicked".into(),
+    let run_graph = |spec: RunSpec| {
+        let graph_run = graph.run(spec, dyn_obs.clone(), active.token.clone());
+        async move {
+            match std::panic::AssertUnwindSafe(graph_run).catch_unwind().await {
+                Ok(o) => o,
+                Err(_) => {
+                    tracing::error!(run_id = %run.run_id, "the graph panicked");
+                    RunOutcome::Error {
+                        error: "InternalError".into(),
+                        message: "the graph panicked".into(),
+                    }
+                }
             }
         }
     };
+    // A thread goal: hidden continuation turns in this same run until the goal's evaluator
+    // is satisfied or a limit is hit (`goal`).
+    let goal_template = crate::goal::may_continue(&spec).then(|| spec.clone());
+    let mut outcome = run_graph(spec).await;
+    while let Some(template) = &goal_template {
+        let Some(turn) =
+            crate::goal::next_turn(rt, &observer, &outcome, template, &active.token).await
+        else {
+            break;
+        };
+        outcome = run_graph(turn).await;
+    }
     complete(
         rt,
         run,

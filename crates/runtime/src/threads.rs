@@ -289,6 +289,64 @@ pub async fn update_state(
         .ok_or_else(|| RuntimeError::rejected("No state update to write"))
 }
 
+/// Writes `update` on top of the thread's latest checkpoint as the runtime's own writer
+/// `node` (`manual_compaction`, `goal`): a checkpoint with source `update` whose writes are
+/// recorded under that name. It keeps what the base checkpoint had scheduled (`next`, its
+/// tasks and interrupts): these writes are no node's input, so a finished thread stays
+/// finished and an interrupted one interrupted. `expected`:
+/// the id the latest checkpoint must still have (the caller computed `update` from it) —
+/// anything else is a conflict. Returns the new checkpoint's id and state.
+pub async fn write_runtime_update(
+    rt: &Runtime,
+    thread: &Thread,
+    node: &str,
+    update: StateUpdate,
+    expected: Option<&str>,
+) -> Result<(String, Arc<ThreadState>)> {
+    let graph = thread_graph(rt, &thread.thread_id, &thread.metadata)?;
+    let base = rt
+        .store
+        .get_checkpoint(&thread.thread_id, "", None)
+        .await
+        .map_err(|e| RuntimeError::store("loading the state", e))?;
+    if base.as_ref().map(|c| c.checkpoint_id.as_str()) != expected {
+        return Err(RuntimeError::conflict(
+            "The thread's state changed meanwhile. Try again.",
+        ));
+    }
+    let mut chain = plan_updates(
+        &*graph,
+        &thread.thread_id,
+        &thread.metadata,
+        "",
+        base.as_ref(),
+        vec![StateWrite {
+            values: update.to_value(),
+            as_node: None,
+        }],
+    )?;
+    let (next, tasks) = base
+        .as_ref()
+        .map(|c| (c.next.clone(), c.tasks.clone()))
+        .unwrap_or_default();
+    for cp in &mut chain {
+        for (name, _) in &mut cp.writes {
+            *name = node.to_string();
+        }
+        cp.next = next.clone();
+        cp.tasks = tasks.clone();
+    }
+    let state = chain
+        .last()
+        .map(|c| c.state.clone())
+        .ok_or_else(|| RuntimeError::rejected("No state update to write"))?;
+    let id = write_updates(rt, &thread.thread_id, chain)
+        .await?
+        .pop()
+        .ok_or_else(|| RuntimeError::rejected("No state update to write"))?;
+    Ok((id, state))
+}
+
 /// Applies `updates` (one checkpoint each, in order) on top of an existing thread's latest
 /// state, all or nothing: every update is checked before any is written, and the
 /// checkpoints are written as one chain.
