@@ -16,6 +16,8 @@
 //! | `GET /api/threads/{id}/messages/page`, `GET …/messages`, `GET …/runs/{rid}/messages`, `GET …/runs/{rid}/events`, `GET\|PUT\|POST\|DELETE …/runs/{rid}/feedback`, `GET …/feedback/stats`, `DELETE …/feedback/{fid}` | [`history`] |
 //! | `GET\|POST /api/scheduled-tasks`, `GET\|PATCH\|DELETE /api/scheduled-tasks/{task_id}`, `POST …/pause`, `…/resume`, `…/trigger`, `GET …/runs`, `GET /api/threads/{id}/scheduled-tasks` | [`scheduled`] |
 //! | `POST /api/input-polish` | [`polish`] |
+//! | `POST /api/threads/{id}/compact` | [`compact`] |
+//! | `GET\|PUT\|DELETE /api/threads/{id}/goal` | [`goal`] |
 //!
 //! Admin only, as in DeerFlow: skill toggles, reload and install, reading and changing custom
 //! skills (listing them is for everyone), MCP config writes, MCP cache reset.
@@ -32,8 +34,10 @@
 pub mod agents;
 pub mod artifacts;
 pub mod channels;
+pub mod compact;
 pub mod config;
 pub mod files;
+pub mod goal;
 pub mod history;
 pub mod mcp;
 pub mod memory;
@@ -267,6 +271,16 @@ pub fn routes(state: &AppState) -> Routes {
             "/threads/{thread_id}/runs/{run_id}/feedback/{feedback_id}",
             &[(Delete, User)],
             delete(history::delete_feedback_by_id),
+        )
+        .route(
+            "/threads/{thread_id}/compact",
+            &[(Post, User)],
+            post(compact::compact),
+        )
+        .route(
+            "/threads/{thread_id}/goal",
+            &[(Get, User), (Put, User), (Delete, User)],
+            get(goal::get).put(goal::put).delete(goal::delete),
         )
         .route("/input-polish", &[(Post, User)], post(polish::polish))
         .route(

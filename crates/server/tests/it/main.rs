@@ -31,6 +31,7 @@ mod bad_input;
 mod crons;
 mod gateway;
 mod gateway_agents;
+mod gateway_compact_goal;
 mod gateway_history;
 mod gateway_scheduled;
 mod gateway_skills;
