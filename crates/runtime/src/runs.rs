@@ -600,13 +600,17 @@ async fn run_attempt(rt: &Rt, run: &Run, active: &Arc<ActiveRun>) {
         }
     };
     // A thread goal: hidden continuation turns in this same run until the goal's evaluator
-    // is satisfied or a limit is hit (`goal`).
+    // is satisfied or a limit is hit (`goal`). Stopped between turns, the run was cancelled
+    // (released at shutdown, a recovered run judges its last turn again).
     let goal_template = crate::goal::may_continue(&spec).then(|| spec.clone());
     let mut outcome = run_graph(spec).await;
     while let Some(template) = &goal_template {
         let Some(turn) =
             crate::goal::next_turn(rt, &observer, &outcome, template, &active.token).await
         else {
+            if active.token.is_cancelled() && matches!(outcome, RunOutcome::Success { .. }) {
+                outcome = RunOutcome::Cancelled;
+            }
             break;
         };
         outcome = run_graph(turn).await;

@@ -7,6 +7,7 @@ use fawn_config::{ContextSize, ContextSizeKind};
 use fawn_runtime::hooks::Point;
 use fawn_testkit::{Fault, Turn};
 use serde_json::{Value, json};
+use std::time::Duration;
 
 backends!(
     compact_summarizes_the_context_not_the_history,
@@ -14,6 +15,7 @@ backends!(
     goal_routes_set_read_and_clear,
     goal_continues_until_the_evaluator_is_satisfied,
     goal_stands_down_at_its_limit,
+    goal_evaluation_ends_with_a_cancel,
 );
 
 /// Summarization on, keeping the last two messages.
@@ -522,5 +524,53 @@ async fn goal_stands_down_at_its_limit(db: Db) {
     run(&app, &tid, "PDF").await;
     assert_eq!(state(&app, &tid).await["values"]["goal"], goal);
     assert_eq!(app.mock.pending_turns(), 0);
+    app.stop().await;
+}
+
+async fn goal_evaluation_ends_with_a_cancel(db: Db) {
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    let tid = app.create_thread().await;
+    let (s, g) = put_goal(&app, &tid, json!({"objective": "a report"})).await;
+    assert_eq!(s, 200, "{g}");
+    // The verdict would take 40 s to stream: it ends only if the cancel drops it.
+    let words: String = (0..2000).map(|i| format!("w{i} ")).collect();
+    app.mock.push_all([
+        Turn::text("a draft"),
+        verdict(false, "goal_not_met_yet", &words).with_chunk_delay(Duration::from_millis(20)),
+    ]);
+    let (s, r) = app
+        .post_json(
+            &format!("/threads/{tid}/runs"),
+            json!({"assistant_id": "lead_agent", "input": user_input("go")}),
+        )
+        .await;
+    assert_eq!(s, 200, "{r}");
+    let rid = r["run_id"].as_str().unwrap().to_string();
+    assert!(
+        app.mock
+            .wait_until(Duration::from_secs(10), |m| m.chat_requests().len() == 2)
+            .await
+    );
+    let r = app
+        .client
+        .post(app.u(&format!("/threads/{tid}/runs/{rid}/cancel")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let done = app.wait_run(&tid, &rid).await;
+    assert_eq!(done["status"], "interrupted", "{done}");
+    assert!(
+        app.mock
+            .wait_until(Duration::from_secs(10), |m| m.streams_aborted() == 1)
+            .await
+    );
+    // The turn stays; the goal has no verdict and no continuation was sent.
+    let st = state(&app, &tid).await;
+    assert_eq!(texts(&st), ["go", "a draft"]);
+    assert_eq!(st["values"]["goal"], g["goal"]);
+    assert_eq!(app.mock.chat_requests().len(), 2);
     app.stop().await;
 }
