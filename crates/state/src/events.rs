@@ -90,9 +90,23 @@ pub enum StreamEvent {
     },
 }
 
+/// A row for the run's event journal (DeerFlow's `run_events`), not for the stream: a
+/// subagent step, the run's workspace changes. The run's journal is written when it ends.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JournalEntry {
+    pub event_type: String,
+    pub category: String,
+    pub content: Value,
+    pub metadata: Map<String, Value>,
+}
+
 /// Receives stream events. Must not block: implementations buffer or drop.
 pub trait EventSink: Send + Sync {
     fn emit(&self, event: StreamEvent);
+    /// Keeps `entry` for the run's journal; dropped by sinks that keep none.
+    fn journal(&self, entry: JournalEntry) {
+        let _ = entry;
+    }
 }
 
 /// A sink that drops everything.

@@ -12,7 +12,7 @@ pub mod message;
 pub mod state;
 
 pub use chunk::{ChunkAccumulator, merge_chunks};
-pub use events::{Command, EventSink, Interrupt, NullSink, StreamEvent, VecSink};
+pub use events::{Command, EventSink, Interrupt, JournalEntry, NullSink, StreamEvent, VecSink};
 pub use list::Messages;
 pub use message::{
     Content, InvalidToolCall, Message, MessageError, MessageKind, REMOVE_ALL_MESSAGES, ToolCall,
