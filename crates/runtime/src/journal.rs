@@ -14,6 +14,12 @@
 //!
 //! A run recovered after a lost lease continues from its last checkpoint, so only what it
 //! adds from there on is journaled.
+//!
+//! Rows that are not messages come from the run itself through
+//! [`fawn_state::EventSink::journal`] (kept in memory by its observer) and follow the
+//! run's message rows in the same append: `subagent.start` / `subagent.step` /
+//! `subagent.end` (category `subagent`, from the `task` tool) and `workspace_changes`
+//! (category `workspace`, from the lead agent's workspace snapshot).
 
 use crate::runtime::Rt;
 use chrono::{DateTime, Utc};
@@ -134,16 +140,19 @@ pub fn new_rows(
     rows
 }
 
-/// Appends what the run added (see the module docs). Failures are logged: the journal
-/// never fails a run.
+/// Appends what the run added (see the module docs), then `extra`: the other rows the run
+/// produced (subagent steps, workspace changes), in the order it produced them. Failures
+/// are logged: the journal never fails a run.
 pub async fn record(
     rt: &Rt,
     run: &Run,
     start: &Start,
     end: &ThreadState,
     started_at: DateTime<Utc>,
+    extra: Vec<NewRunEvent>,
 ) {
-    let rows = new_rows(&start.ids, end, started_at, Utc::now(), run.created_at);
+    let mut rows = new_rows(&start.ids, end, started_at, Utc::now(), run.created_at);
+    rows.extend(extra);
     if rows.is_empty() {
         return;
     }

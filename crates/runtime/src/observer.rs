@@ -81,6 +81,9 @@ pub struct Observer {
     /// The run's runtime (test seams) and cancellation (a paused seam ends with the run).
     rt: Rt,
     cancel: CancellationToken,
+    /// Journal rows the run produced besides its messages (subagent steps, workspace
+    /// changes), in order; appended with the run's messages when it ends.
+    journal: Mutex<Vec<fawn_checkpoint::NewRunEvent>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -151,7 +154,13 @@ impl Observer {
             checkpoints,
             rt,
             cancel,
+            journal: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The journal rows kept so far (see [`EventSink::journal`]), taken.
+    pub fn take_journal(&self) -> Vec<fawn_checkpoint::NewRunEvent> {
+        std::mem::take(&mut *lock(&self.journal))
     }
 
     /// Waits for every queued checkpoint write; the first error among them, if any. The
@@ -419,6 +428,16 @@ impl RunObserver for Observer {
 }
 
 impl EventSink for Observer {
+    fn journal(&self, entry: fawn_state::JournalEntry) {
+        lock(&self.journal).push(fawn_checkpoint::NewRunEvent {
+            event_type: entry.event_type,
+            category: entry.category,
+            content: entry.content,
+            metadata: entry.metadata,
+            created_at: chrono::Utc::now(),
+        });
+    }
+
     fn emit(&self, event: StreamEvent) {
         let m = self.modes;
         match event {

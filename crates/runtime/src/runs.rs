@@ -842,7 +842,8 @@ async fn finish(
     // The run's messages go to the journal before its status: whoever sees it finished
     // finds them.
     if let (Some(start), Some(l)) = (start, &last) {
-        crate::journal::record(rt, run, start, &l.state, started_at).await;
+        let extra = observer.take_journal();
+        crate::journal::record(rt, run, start, &l.state, started_at, extra).await;
     }
     // The thread's status follows its latest checkpoint, also after a cancel: nodes still
     // scheduled next leave it `interrupted` (as the official server does), none `idle`.
