@@ -9,6 +9,7 @@
 mod agents;
 mod clarification;
 mod present_files;
+pub mod subagent_steps;
 mod task;
 mod todos;
 mod view_image;

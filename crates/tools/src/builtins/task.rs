@@ -16,6 +16,7 @@
 //! The ToolMessage text and its `subagent_*` `additional_kwargs` follow DeerFlow's status
 //! contract; see [`subagent_result_text`] and [`subagent_additional_kwargs`].
 
+use super::subagent_steps as steps;
 use crate::args::{parse_args, schema_for};
 use crate::{
     SubagentInfo, SubagentOutcome, SubagentRequest, SubagentStatus, Tool, ToolContext, ToolError,
@@ -273,6 +274,8 @@ fn failed_output(error: String, model_name: &str) -> ToolOutput {
 struct Progress {
     count: usize,
     usage: UsageMetadata,
+    /// The subagent's journal `caller`.
+    caller: String,
 }
 
 impl Progress {
@@ -283,6 +286,12 @@ impl Progress {
         {
             self.usage = self.usage.add(u);
         }
+        ctx.events.journal(steps::step(
+            &ctx.tool_call_id,
+            self.count,
+            &message,
+            &self.caller,
+        ));
         ctx.events.emit(StreamEvent::Custom(json!({
             "type": "task_running",
             "task_id": ctx.tool_call_id,
@@ -344,6 +353,12 @@ impl Tool for TaskTool {
             "description": args.description,
             "model_name": ctx.model_name,
         })));
+        let caller = steps::caller(&args.subagent_type);
+        ctx.events.journal(steps::started(
+            &ctx.tool_call_id,
+            &args.description,
+            &caller,
+        ));
 
         let request = SubagentRequest {
             task_id: ctx.tool_call_id.clone(),
@@ -355,6 +370,7 @@ impl Tool for TaskTool {
         let mut progress = Progress {
             count: 0,
             usage: UsageMetadata::default(),
+            caller,
         };
         let run = runner.run(request, ctx, tx);
         tokio::pin!(run);
@@ -409,6 +425,23 @@ impl Tool for TaskTool {
         } else {
             outcome.model_name.clone()
         };
+        ctx.events.journal(steps::ended(
+            &ctx.tool_call_id,
+            steps::End {
+                status: match outcome.status {
+                    SubagentStatus::Completed => "completed",
+                    SubagentStatus::Failed => "failed",
+                    SubagentStatus::Cancelled => "cancelled",
+                    SubagentStatus::TimedOut => "timed_out",
+                },
+                model_name: &model_name,
+                usage: usage.clone(),
+                result: (outcome.status == SubagentStatus::Completed)
+                    .then_some(outcome.result.as_str()),
+                error: outcome.error.as_deref(),
+            },
+            &progress.caller,
+        ));
         let mut event = Map::new();
         event.insert("type".into(), Value::String(event_type.into()));
         event.insert("task_id".into(), Value::String(ctx.tool_call_id.clone()));
