@@ -11,6 +11,7 @@ use crate::interrupts;
 use crate::options::{ResolvedRun, SetupError, resolve_run};
 use crate::prompt::{LeadPromptInputs, SubagentPrompt, SubagentSummary, lead_system_prompt};
 use crate::subagents::SubagentPool;
+use crate::workspace_changes;
 use async_trait::async_trait;
 use fawn_config::Settings;
 use fawn_llm::{ModelInfo, ModelRegistry};
@@ -377,17 +378,20 @@ impl LeadAgent {
         };
         let subagents: Option<Arc<dyn SubagentRunner>> = pool.map(|p| p as Arc<dyn SubagentRunner>);
         // Artifact delivery: what the outputs held, and which messages were there, before.
-        let outputs = self
-            .deps
-            .sandbox_provider
-            .thread_paths(&ctx.thread_id)
-            .outputs;
+        let paths = self.deps.sandbox_provider.thread_paths(&ctx.thread_id);
+        let outputs = paths.outputs.clone();
         let outputs_before = {
             let dir = outputs.clone();
             tokio::task::spawn_blocking(move || delivery::Snapshot::take(&dir))
                 .await
                 .ok()
         };
+        // Workspace change review: the thread's files before, compared after the loop.
+        let workspace_before = tokio::task::spawn_blocking(move || {
+            workspace_changes::Snapshot::take(&paths.workspace, &paths.outputs)
+        })
+        .await
+        .ok();
         let ids_before: HashSet<String> = start
             .state
             .messages
@@ -400,6 +404,12 @@ impl LeadAgent {
             .run(begin, fork)
             .await;
         let stop_reason = ctx.stop_reason();
+        if let Some(before) = workspace_before
+            && let Ok(Some(entry)) =
+                tokio::task::spawn_blocking(move || before.journal_entry()).await
+        {
+            observer.journal(entry);
+        }
         if !matches!(output.end, LoopEnd::Done { .. })
             && let Some(id) = ctx.sandbox.acquired_id()
         {

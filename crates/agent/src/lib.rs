@@ -33,6 +33,7 @@ pub mod lead;
 pub mod options;
 pub mod prompt;
 pub mod subagents;
+pub mod workspace_changes;
 
 pub use contract::*;
 pub use deerflow::{DeerFlowChains, DeerFlowSkills, DeerFlowTools};
