@@ -16,6 +16,7 @@ backends!(
     goal_continues_until_the_evaluator_is_satisfied,
     goal_stands_down_at_its_limit,
     goal_evaluation_ends_with_a_cancel,
+    lead_agent_goal_turns_and_compaction,
 );
 
 /// Summarization on, keeping the last two messages.
@@ -572,5 +573,91 @@ async fn goal_evaluation_ends_with_a_cancel(db: Db) {
     assert_eq!(texts(&st), ["go", "a draft"]);
     assert_eq!(st["values"]["goal"], g["goal"]);
     assert_eq!(app.mock.chat_requests().len(), 2);
+    app.stop().await;
+}
+
+/// The real lead agent (its middleware chain) through a goal loop, then a compaction whose
+/// summary the next turn's model request carries.
+async fn lead_agent_goal_turns_and_compaction(db: Db) {
+    let mut spec = Spawn::new(db);
+    spec.lead_agent = true;
+    spec.settings = Some(Box::new(|s| {
+        s.app.summarization.enabled = true;
+        s.app.summarization.keep = ContextSize {
+            kind: ContextSizeKind::Messages,
+            value: 2.0,
+        };
+    }));
+    let Some(app) = spawn_with(spec).await else {
+        return;
+    };
+    let tid = app.create_thread().await;
+    let (s, g) = put_goal(&app, &tid, json!({"objective": "a poem about rain"})).await;
+    assert_eq!(s, 200, "{g}");
+    app.mock.push_all([
+        Turn::text("Rain falls."),
+        verdict(false, "goal_not_met_yet", "one line is no poem"),
+        Turn::text("Rain falls on roofs,\nsoft and slow."),
+        verdict(true, "none", "a poem"),
+    ]);
+    let (s, r) = app
+        .post_json(
+            &format!("/api/threads/{tid}/runs"),
+            json!({"assistant_id": "lead_agent", "input": user_input("write a poem"),
+                   "context": {"thinking_enabled": false}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{r}");
+    let done = app.wait_run(&tid, r["run_id"].as_str().unwrap()).await;
+    assert_eq!(done["status"], "success", "{done}");
+    assert_eq!(app.mock.pending_turns(), 0);
+    let st = state(&app, &tid).await;
+    assert!(st["values"].get("goal").is_none(), "{st}");
+    let msgs = st["values"]["messages"].as_array().unwrap();
+    let hidden: Vec<&Value> = msgs
+        .iter()
+        .filter(|m| m["additional_kwargs"]["deerflow_goal_continuation"] == true)
+        .collect();
+    assert_eq!(hidden.len(), 1, "{st}");
+    assert_eq!(
+        msgs.last().unwrap()["content"],
+        "Rain falls on roofs,\nsoft and slow."
+    );
+    // The continuation turn's request carried the hidden message, not escaped.
+    let reqs = app.mock.chat_requests();
+    assert!(
+        reqs[2].body_text.contains("<goal_continuation>"),
+        "{}",
+        reqs[2].body_text
+    );
+
+    app.mock
+        .push(Turn::text("SUMMARY: a poem about rain was written"));
+    let (s, c) = app
+        .post_json(&format!("/api/threads/{tid}/compact"), json!({}))
+        .await;
+    assert_eq!((s, &c["compacted"]), (200, &json!(true)), "{c}");
+    app.mock.clear_requests();
+    app.mock.push(Turn::text("Thanks!"));
+    let (s, r) = app
+        .post_json(
+            &format!("/api/threads/{tid}/runs"),
+            json!({"assistant_id": "lead_agent", "input": user_input("thank you"),
+                   "context": {"thinking_enabled": false}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{r}");
+    let done = app.wait_run(&tid, r["run_id"].as_str().unwrap()).await;
+    assert_eq!(done["status"], "success", "{done}");
+    let reqs = app.mock.chat_requests();
+    assert_eq!(reqs.len(), 1);
+    assert!(
+        reqs[0]
+            .body_text
+            .contains("SUMMARY: a poem about rain was written"),
+        "{}",
+        reqs[0].body_text
+    );
+    assert!(!reqs[0].body_text.contains("Rain falls."));
     app.stop().await;
 }
