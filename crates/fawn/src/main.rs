@@ -287,6 +287,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             port: args.port,
             insecure_no_auth: args.insecure_no_auth,
             auth,
+            test_seed: fawn_server::gateway::seed::TestSeed::from_env(),
             ..fawn_server::AppOptions::default()
         };
         let ownership = &settings.app.run_ownership;

@@ -62,6 +62,9 @@ pub struct AppOptions {
     pub auth: crate::auth::AuthOptions,
     /// The Redis event bus between nodes, if any.
     pub redis_url: Option<String>,
+    /// `POST /api/test-only/seed-runs` (off by default; `fawn serve` reads
+    /// `DEERFLOW_ENABLE_TEST_SEED`), never in production.
+    pub test_seed: crate::gateway::seed::TestSeed,
 }
 
 impl std::fmt::Debug for AppOptions {
@@ -97,6 +100,7 @@ impl Default for AppOptions {
             insecure_no_auth: false,
             auth: crate::auth::AuthOptions::disabled(),
             redis_url: None,
+            test_seed: crate::gateway::seed::TestSeed::default(),
         }
     }
 }
@@ -145,6 +149,8 @@ pub struct Shared {
     pub access: crate::access::AccessPolicy,
     /// Authentication: secret, options, lockout.
     pub auth: crate::auth::Auth,
+    /// `POST /api/test-only/seed-runs` is served.
+    pub test_seed: bool,
 }
 
 impl std::fmt::Debug for Shared {
@@ -272,7 +278,16 @@ impl Application {
         } else {
             tracing::warn!("authentication is OFF: every caller acts as the admin 'default'");
         }
+        let seed = options.test_seed;
+        if seed.requested && seed.production {
+            tracing::warn!(
+                "DEERFLOW_ENABLE_TEST_SEED is ignored in production; /api/test-only/seed-runs stays off"
+            );
+        } else if seed.enabled() {
+            tracing::warn!("test-only route POST /api/test-only/seed-runs is ON");
+        }
         let state = Arc::new(Shared {
+            test_seed: seed.enabled(),
             auth,
             stream: StreamSettings {
                 heartbeat: options.heartbeat,

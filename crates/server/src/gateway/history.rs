@@ -236,7 +236,7 @@ pub async fn messages(
 }
 
 /// The run of a thread named in a path (404 when it is not that thread's).
-async fn thread_run(app: &AppState, thread_id: &str, run_id: &str) -> ApiResult<String> {
+pub(crate) async fn thread_run(app: &AppState, thread_id: &str, run_id: &str) -> ApiResult<String> {
     let thread_id = thread_param(thread_id)?;
     let run_id = uuid_param("run", run_id)?;
     load_thread(app, &thread_id).await?;
@@ -285,8 +285,10 @@ pub async fn run_messages(
     Ok(ok(&json!({"data": data, "has_more": has_more})))
 }
 
-/// `GET /api/threads/{id}/runs/{rid}/events?event_types=a,b&limit=500&after_seq=`: the
-/// run's rows, oldest first. (`task_id` is accepted; Fawn journals no subagent steps yet.)
+/// `GET /api/threads/{id}/runs/{rid}/events?event_types=a,b&task_id=&limit=500&after_seq=`:
+/// the run's rows, oldest first. `task_id` keeps the rows of one subagent task
+/// (`metadata.task_id`), so the UI's subtask card pages through its steps: the page holds
+/// `limit` of that task's rows after `after_seq` (fewer only at the end).
 pub async fn run_events(
     State(app): State<AppState>,
     Path((thread_id, run_id)): Path<(String, String)>,
@@ -304,27 +306,48 @@ pub async fn run_events(
                 .collect()
         })
         .unwrap_or_default();
+    let task_id = q.get("task_id").filter(|t| !t.is_empty());
     let thread_id = thread_param(&thread_id)?;
     let run_id = thread_run(&app, &thread_id, &run_id).await?;
-    if q.get("task_id").is_some_and(|t| !t.is_empty()) {
-        return Ok(ok(&json!([])));
+    let mut query = EventQuery {
+        after_seq: Some(after.unwrap_or(0)),
+        limit,
+        event_types,
+        ..Default::default()
+    };
+    let Some(task_id) = task_id else {
+        let rows = app
+            .store
+            .run_events(&thread_id, &run_id, &query)
+            .await
+            .map_err(store_err("reading the run's journal"))?;
+        let data: Vec<Value> = rows.iter().map(event_json).collect();
+        return Ok(ok(&data));
+    };
+    // The task's rows are a subset: read the run's rows page by page until `limit` of them.
+    query.limit = MAX_EVENTS;
+    let mut data = Vec::new();
+    loop {
+        let rows = app
+            .store
+            .run_events(&thread_id, &run_id, &query)
+            .await
+            .map_err(store_err("reading the run's journal"))?;
+        let short = (rows.len() as u64) < query.limit;
+        query.after_seq = rows.last().map(|r| r.seq).or(query.after_seq);
+        for r in rows
+            .iter()
+            .filter(|r| r.metadata.get("task_id").and_then(Value::as_str) == Some(task_id))
+        {
+            if data.len() as u64 >= limit {
+                return Ok(ok(&data));
+            }
+            data.push(event_json(r));
+        }
+        if short {
+            return Ok(ok(&data));
+        }
     }
-    let rows = app
-        .store
-        .run_events(
-            &thread_id,
-            &run_id,
-            &EventQuery {
-                after_seq: Some(after.unwrap_or(0)),
-                limit,
-                event_types,
-                ..Default::default()
-            },
-        )
-        .await
-        .map_err(store_err("reading the run's journal"))?;
-    let data: Vec<Value> = rows.iter().map(event_json).collect();
-    Ok(ok(&data))
 }
 
 /// `POST …/feedback` (PUT takes no `message_id`).

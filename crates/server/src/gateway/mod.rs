@@ -16,6 +16,8 @@
 //! | `GET /api/threads/{id}/messages/page`, `GET …/messages`, `GET …/runs/{rid}/messages`, `GET …/runs/{rid}/events`, `GET\|PUT\|POST\|DELETE …/runs/{rid}/feedback`, `GET …/feedback/stats`, `DELETE …/feedback/{fid}` | [`history`] |
 //! | `GET\|POST /api/scheduled-tasks`, `GET\|PATCH\|DELETE /api/scheduled-tasks/{task_id}`, `POST …/pause`, `…/resume`, `…/trigger`, `GET …/runs`, `GET /api/threads/{id}/scheduled-tasks` | [`scheduled`] |
 //! | `POST /api/input-polish` | [`polish`] |
+//! | `GET /api/threads/{id}/runs/{rid}/workspace-changes` | [`workspace_changes`] |
+//! | `POST /api/test-only/seed-runs` (404 unless started with `DEERFLOW_ENABLE_TEST_SEED=1`) | [`seed`] |
 //! | `POST /api/threads/{id}/compact` | [`compact`] |
 //! | `GET\|PUT\|DELETE /api/threads/{id}/goal` | [`goal`] |
 //!
@@ -43,10 +45,12 @@ pub mod mcp;
 pub mod memory;
 pub mod polish;
 pub mod scheduled;
+pub mod seed;
 pub mod skill_install;
 pub mod skills;
 pub mod threads;
 pub mod uploads;
+pub mod workspace_changes;
 
 use crate::app::AppState;
 use crate::auth::routes as auth;
@@ -254,6 +258,12 @@ pub fn routes(state: &AppState) -> Routes {
             &[(Get, User)],
             get(history::run_events),
         )
+        .route(
+            "/threads/{thread_id}/runs/{run_id}/workspace-changes",
+            &[(Get, User)],
+            get(workspace_changes::get),
+        )
+        .route("/test-only/seed-runs", &[(Post, User)], post(seed::seed_runs))
         .route(
             "/threads/{thread_id}/runs/{run_id}/feedback",
             &[(Get, User), (Put, User), (Post, User), (Delete, User)],

@@ -35,6 +35,7 @@ mod gateway_compact_goal;
 mod gateway_history;
 mod gateway_scheduled;
 mod gateway_skills;
+mod gateway_workspace;
 mod lead_agent;
 mod meta;
 mod nodes;

@@ -1,0 +1,216 @@
+//! `POST /api/test-only/seed-runs` (DeerFlow's test-only seeder for end-to-end tests): stands
+//! up a thread with finished runs and their journal message rows, without a model and
+//! without any checkpoint, so a UI test can reload history from the per-run routes.
+//!
+//! Off unless the server was started with it ([`TestSeed`]: `DEERFLOW_ENABLE_TEST_SEED=1`,
+//! read once by `fawn serve`); off it answers 404 as an unknown route does. It is never on
+//! in production (`DEER_FLOW_ENV` or `ENVIRONMENT` = `production`/`prod`, as for
+//! `DEER_FLOW_AUTH_DISABLED`): asked for there, it stays off with a warning.
+//!
+//! Body `{thread_id, runs: [{run_id, created_at, messages: [{role: human|ai, content, id}]}]}`
+//! → `{ok: true, thread_id, runs: n}`. The thread is created for the caller when missing
+//! (another user's is 404). Each run is stored as a run of the `lead_agent` assistant that
+//! never executes (status `interrupted`: Fawn ends a run that did not run that way), and
+//! its messages as `llm.human.input` / `llm.ai.response` rows (`caller: lead_agent`,
+//! `created_at` the run's) in one append per run, in body order. Run ids must be UUIDs
+//! (Fawn's run routes take no other ids); a run id that exists is 409.
+
+use super::thread_param;
+use crate::app::AppState;
+use crate::auth::Principal;
+use crate::authz::owns_thread;
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{JsonBody, uuid_param};
+use crate::wire::ok;
+use axum::extract::State;
+use axum::response::Response;
+use chrono::{DateTime, Utc};
+use fawn_checkpoint::{CancelAction, CancelTarget, MultitaskStrategy, NewRun, NewRunEvent};
+use fawn_runtime::create::OWNER_KEY;
+use fawn_runtime::journal::{AI_RESPONSE, HUMAN_INPUT, LEAD_AGENT, MESSAGE};
+use fawn_state::Message;
+use serde::Deserialize;
+use serde_json::{Map, json};
+
+/// Whether the seeder is served: asked for, and not in production.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TestSeed {
+    /// `DEERFLOW_ENABLE_TEST_SEED=1`.
+    pub requested: bool,
+    /// `DEER_FLOW_ENV` or `ENVIRONMENT` is `production` or `prod`.
+    pub production: bool,
+}
+
+impl TestSeed {
+    /// Read from the environment (once, by `fawn serve`).
+    pub fn from_env() -> TestSeed {
+        let var = |k: &str| std::env::var(k).ok();
+        TestSeed::from_vars(
+            var("DEERFLOW_ENABLE_TEST_SEED").as_deref(),
+            var("DEER_FLOW_ENV").as_deref(),
+            var("ENVIRONMENT").as_deref(),
+        )
+    }
+
+    pub fn from_vars(
+        enable: Option<&str>,
+        deer_flow_env: Option<&str>,
+        environment: Option<&str>,
+    ) -> TestSeed {
+        let prod = |v: Option<&str>| {
+            v.is_some_and(|v| {
+                let v = v.trim();
+                v.eq_ignore_ascii_case("production") || v.eq_ignore_ascii_case("prod")
+            })
+        };
+        TestSeed {
+            requested: enable.is_some_and(|v| v.trim() == "1"),
+            production: prod(deer_flow_env) || prod(environment),
+        }
+    }
+
+    /// Served at all.
+    pub fn enabled(self) -> bool {
+        self.requested && !self.production
+    }
+}
+
+/// A far future: the seeded runs are never due, so no worker claims one before it ends.
+const NEVER_SECONDS: f64 = 100.0 * 365.0 * 24.0 * 3600.0;
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Role {
+    Human,
+    Ai,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct SeedMessage {
+    role: Role,
+    content: String,
+    id: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct SeedRun {
+    run_id: String,
+    created_at: String,
+    messages: Vec<SeedMessage>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct SeedBody {
+    thread_id: String,
+    runs: Vec<SeedRun>,
+}
+
+/// `POST /api/test-only/seed-runs`.
+pub async fn seed_runs(
+    State(app): State<AppState>,
+    principal: Principal,
+    JsonBody(body): JsonBody<SeedBody>,
+) -> ApiResult<Response> {
+    if !app.test_seed {
+        return Err(ApiError::not_found("Not Found"));
+    }
+    let thread_id = thread_param(&body.thread_id)?;
+    // Everything is checked before anything is written.
+    let mut runs = Vec::with_capacity(body.runs.len());
+    for (i, r) in body.runs.iter().enumerate() {
+        let run_id = uuid_param("run", &r.run_id)?;
+        let at = DateTime::parse_from_rfc3339(r.created_at.trim())
+            .map(|t| t.with_timezone(&Utc))
+            .map_err(|_| {
+                ApiError::unprocessable(format!(
+                    "runs[{i}].created_at: '{}' is not an ISO 8601 timestamp",
+                    r.created_at
+                ))
+            })?;
+        if r.messages.iter().any(|m| m.id.trim().is_empty()) {
+            return Err(ApiError::unprocessable(format!(
+                "runs[{i}].messages: every message needs an id"
+            )));
+        }
+        runs.push((run_id, at, r));
+    }
+    owns_thread(&app, &principal, &thread_id).await?;
+    let mut thread_meta = Map::new();
+    let mut kwargs = Map::new();
+    if let Some(me) = principal.scope() {
+        thread_meta.insert(OWNER_KEY.into(), json!(me));
+        kwargs.insert("config".into(), json!({"configurable": {"user_id": me}}));
+    }
+    let assistant_id = fawn_runtime::graphs::system_assistant_id(fawn_runtime::graphs::LEAD_AGENT);
+    for (run_id, at, r) in &runs {
+        app.store
+            .create_run(NewRun {
+                run_id: Some(run_id.clone()),
+                thread_id: thread_id.clone(),
+                assistant_id: assistant_id.clone(),
+                metadata: Map::new(),
+                kwargs: kwargs.clone(),
+                multitask_strategy: MultitaskStrategy::Enqueue,
+                after_seconds: NEVER_SECONDS,
+                create_thread_if_missing: Some(thread_meta.clone()),
+            })
+            .await
+            .map_err(|e| ApiError::store("seeding a run", e))?;
+        app.store
+            .cancel_runs(
+                &CancelTarget::Runs {
+                    thread_id: Some(thread_id.clone()),
+                    run_ids: vec![run_id.clone()],
+                },
+                CancelAction::Interrupt,
+            )
+            .await
+            .map_err(|e| ApiError::store("ending a seeded run", e))?;
+        let rows: Vec<NewRunEvent> = r
+            .messages
+            .iter()
+            .map(|m| {
+                let (mut message, event_type) = match m.role {
+                    Role::Human => (Message::human(m.content.clone()), HUMAN_INPUT),
+                    Role::Ai => (Message::ai(m.content.clone()), AI_RESPONSE),
+                };
+                message.id = Some(m.id.clone());
+                let mut metadata = Map::new();
+                metadata.insert("caller".into(), json!(LEAD_AGENT));
+                NewRunEvent {
+                    event_type: event_type.into(),
+                    category: MESSAGE.into(),
+                    content: serde_json::to_value(&message).unwrap_or_default(),
+                    metadata,
+                    created_at: *at,
+                }
+            })
+            .collect();
+        if !rows.is_empty() {
+            app.store
+                .append_run_events(&thread_id, run_id, rows)
+                .await
+                .map_err(|e| ApiError::store("seeding the run's journal", e))?;
+        }
+    }
+    Ok(ok(
+        &json!({"ok": true, "thread_id": thread_id, "runs": runs.len()}),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gate() {
+        assert!(!TestSeed::default().enabled());
+        assert!(TestSeed::from_vars(Some("1"), None, None).enabled());
+        assert!(!TestSeed::from_vars(Some("true"), None, None).enabled());
+        assert!(!TestSeed::from_vars(Some("0"), None, None).enabled());
+        let prod = TestSeed::from_vars(Some("1"), Some("Production"), None);
+        assert!(prod.requested && prod.production && !prod.enabled());
+        assert!(!TestSeed::from_vars(Some("1"), None, Some("prod")).enabled());
+        assert!(TestSeed::from_vars(Some("1"), Some("staging"), Some("dev")).enabled());
+    }
+}
