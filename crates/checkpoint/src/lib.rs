@@ -208,6 +208,9 @@ pub trait RunStore: Send + Sync {
     async fn get_run(&self, run_id: &str) -> Result<Option<Run>>;
     /// Runs of a thread, newest first.
     async fn list_runs(&self, thread_id: &str, query: &RunQuery) -> Result<Vec<Run>>;
+    /// The runs of a thread that replay an earlier run (DeerFlow's regenerate and
+    /// edit-and-rerun: `metadata.regenerate_from_run_id` is set), oldest first.
+    async fn replay_runs(&self, thread_id: &str) -> Result<Vec<Run>>;
     /// Deletes a run (not its checkpoints); false when it did not exist.
     async fn delete_run(&self, run_id: &str) -> Result<bool>;
     /// Claims the oldest pending run that is due and whose thread has no running run:

@@ -341,6 +341,31 @@ impl SqlStore {
             .collect()
     }
 
+    async fn replay_runs_once(&self, thread_id: &str) -> DbResult<Vec<Run>> {
+        let sql = self.dialect().pick(
+            concat!(
+                "SELECT ",
+                run_cols!(),
+                " FROM runs WHERE thread_id = $1 ",
+                "AND json_extract(metadata, '$.regenerate_from_run_id') IS NOT NULL ",
+                "ORDER BY created_at, seq"
+            ),
+            concat!(
+                "SELECT ",
+                run_cols!(),
+                " FROM runs WHERE thread_id = $1 ",
+                "AND (metadata ->> 'regenerate_from_run_id') IS NOT NULL ",
+                "ORDER BY created_at, seq"
+            ),
+        );
+        self.db
+            .read_all(Sql::new(sql).bind(thread_id))
+            .await?
+            .iter()
+            .map(run_from_row)
+            .collect()
+    }
+
     async fn delete_run_once(&self, run_id: &str) -> DbResult<bool> {
         let mut tx = self.db.begin().await?;
         let Some(row) = tx
@@ -767,6 +792,10 @@ impl RunStore for SqlStore {
 
     async fn list_runs(&self, thread_id: &str, query: &RunQuery) -> Result<Vec<Run>> {
         retry!(self.list_runs_once(thread_id, query))
+    }
+
+    async fn replay_runs(&self, thread_id: &str) -> Result<Vec<Run>> {
+        retry!(self.replay_runs_once(thread_id))
     }
 
     async fn delete_run(&self, run_id: &str) -> Result<bool> {
