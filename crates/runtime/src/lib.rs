@@ -14,6 +14,7 @@ pub mod broker;
 pub mod bus;
 pub mod checkpoints;
 pub mod compact;
+pub mod conversation;
 pub mod create;
 pub mod crons;
 pub mod error;
