@@ -263,7 +263,11 @@ pub fn routes(state: &AppState) -> Routes {
             &[(Get, User)],
             get(workspace_changes::get),
         )
-        .route("/test-only/seed-runs", &[(Post, User)], post(seed::seed_runs))
+        .route(
+            "/test-only/seed-runs",
+            &[(Post, User)],
+            post(seed::seed_runs),
+        )
         .route(
             "/threads/{thread_id}/runs/{run_id}/feedback",
             &[(Get, User), (Put, User), (Post, User), (Delete, User)],
