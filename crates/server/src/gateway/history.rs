@@ -8,6 +8,10 @@
 //! seconds, the run's wall-clock time) and, in the message lists, `feedback`
 //! (`{feedback_id, rating, comment}` of the caller, else `null`; `null` on every other row).
 //!
+//! The message lists leave out the rows of runs a regenerate or an edit superseded
+//! ([`fawn_runtime::conversation::hidden_runs`]); a page still holds `limit` rows when older
+//! visible ones exist.
+//!
 //! A thread with no journal rows (its runs predate the journal) pages its latest
 //! checkpoint's messages instead, as before (see [`super::threads::page`]).
 //!
@@ -30,7 +34,7 @@ use fawn_checkpoint::{EventQuery, Feedback, NewFeedback, RunEvent};
 use fawn_runtime::journal::{AI_RESPONSE, MESSAGE};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Largest page of the message lists.
 pub const MAX_MESSAGES: u64 = 200;
@@ -135,6 +139,63 @@ fn message_query(limit: u64, before: Option<i64>, after: Option<i64>) -> EventQu
     }
 }
 
+/// Rows read per query while skipping hidden runs.
+const SCAN_BATCH: u64 = 201;
+
+/// Up to `want` message rows of the thread that are not of a `hidden` run, ascending: the
+/// oldest after `after` when given, else the newest before `before`.
+async fn visible_rows(
+    app: &AppState,
+    thread_id: &str,
+    hidden: &HashSet<String>,
+    want: u64,
+    before: Option<i64>,
+    after: Option<i64>,
+) -> ApiResult<Vec<RunEvent>> {
+    let batch = if hidden.is_empty() { want } else { SCAN_BATCH };
+    let (mut before, mut after) = (before, after);
+    let forward = after.is_some();
+    let mut out: Vec<RunEvent> = Vec::new();
+    loop {
+        let rows = app
+            .store
+            .thread_events(thread_id, &message_query(batch, before, after))
+            .await
+            .map_err(store_err("reading the thread's journal"))?;
+        let full = rows.len() as u64 >= batch;
+        let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+            break;
+        };
+        if forward {
+            after = Some(last.seq);
+        } else {
+            before = Some(first.seq);
+        }
+        let ordered: Box<dyn Iterator<Item = RunEvent>> = if forward {
+            Box::new(rows.into_iter())
+        } else {
+            Box::new(rows.into_iter().rev())
+        };
+        for r in ordered.filter(|r| !hidden.contains(&r.run_id)) {
+            out.push(r);
+            if out.len() as u64 >= want {
+                break;
+            }
+        }
+        if out.len() as u64 >= want || !full {
+            break;
+        }
+    }
+    if !forward {
+        out.reverse();
+    }
+    Ok(out)
+}
+
+async fn hidden_runs(app: &AppState, thread_id: &str) -> ApiResult<HashSet<String>> {
+    Ok(fawn_runtime::conversation::hidden_runs(app, thread_id).await?)
+}
+
 /// `GET /api/threads/{id}/messages/page?limit=50&before_seq=`.
 pub async fn messages_page(
     State(app): State<AppState>,
@@ -151,11 +212,8 @@ pub async fn messages_page(
     let limit = limit(&q, 50, MAX_MESSAGES)?;
     let before = seq_param(&q, "before_seq")?;
     load_thread(&app, &thread_id).await?;
-    let mut rows = app
-        .store
-        .thread_events(&thread_id, &message_query(limit + 1, before, None))
-        .await
-        .map_err(store_err("reading the thread's journal"))?;
+    let hidden = hidden_runs(&app, &thread_id).await?;
+    let mut rows = visible_rows(&app, &thread_id, &hidden, limit + 1, before, None).await?;
     if rows.is_empty() && !has_journal(&app, &thread_id).await? {
         return checkpoint_page(&app, &thread_id, limit, before).await;
     }
@@ -225,11 +283,8 @@ pub async fn messages(
     let before = seq_param(&q, "before_seq")?;
     let after = seq_param(&q, "after_seq")?;
     load_thread(&app, &thread_id).await?;
-    let rows = app
-        .store
-        .thread_events(&thread_id, &message_query(limit, before, after))
-        .await
-        .map_err(store_err("reading the thread's journal"))?;
+    let hidden = hidden_runs(&app, &thread_id).await?;
+    let rows = visible_rows(&app, &thread_id, &hidden, limit, before, after).await?;
     let feedback = feedback_by_run(&app, &thread_id, &principal, &rows).await?;
     let data: Vec<Value> = rows.iter().map(|r| message_json(r, &feedback)).collect();
     Ok(ok(&data))

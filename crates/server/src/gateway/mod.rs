@@ -14,6 +14,7 @@
 //! | `GET\|DELETE /api/memory`, `POST /api/memory/reload`, facts CRUD, export/import, config, status | [`memory`] |
 //! | `GET /api/threads/{id}/token-usage`, suggestions | [`threads`] |
 //! | `GET /api/threads/{id}/messages/page`, `GET …/messages`, `GET …/runs/{rid}/messages`, `GET …/runs/{rid}/events`, `GET\|PUT\|POST\|DELETE …/runs/{rid}/feedback`, `GET …/feedback/stats`, `DELETE …/feedback/{fid}` | [`history`] |
+//! | `POST /api/threads/{id}/runs/regenerate/prepare`, `POST …/runs/edit-regenerate/prepare`, `POST /api/threads/{id}/branches` | [`conversation`] |
 //! | `GET\|POST /api/scheduled-tasks`, `GET\|PATCH\|DELETE /api/scheduled-tasks/{task_id}`, `POST …/pause`, `…/resume`, `…/trigger`, `GET …/runs`, `GET /api/threads/{id}/scheduled-tasks` | [`scheduled`] |
 //! | `POST /api/input-polish` | [`polish`] |
 //! | `GET /api/threads/{id}/runs/{rid}/workspace-changes` | [`workspace_changes`] |
@@ -38,6 +39,7 @@ pub mod artifacts;
 pub mod channels;
 pub mod compact;
 pub mod config;
+pub mod conversation;
 pub mod files;
 pub mod goal;
 pub mod history;
@@ -247,6 +249,21 @@ pub fn routes(state: &AppState) -> Routes {
             "/threads/{thread_id}/messages",
             &[(Get, User)],
             get(history::messages),
+        )
+        .route(
+            "/threads/{thread_id}/runs/regenerate/prepare",
+            &[(Post, User)],
+            post(conversation::regenerate),
+        )
+        .route(
+            "/threads/{thread_id}/runs/edit-regenerate/prepare",
+            &[(Post, User)],
+            post(conversation::edit),
+        )
+        .route(
+            "/threads/{thread_id}/branches",
+            &[(Post, User)],
+            post(conversation::branch),
         )
         .route(
             "/threads/{thread_id}/runs/{run_id}/messages",

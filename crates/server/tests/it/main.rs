@@ -32,6 +32,7 @@ mod crons;
 mod gateway;
 mod gateway_agents;
 mod gateway_compact_goal;
+mod gateway_conversation;
 mod gateway_history;
 mod gateway_scheduled;
 mod gateway_skills;
