@@ -147,8 +147,17 @@ async fn compact_summarizes_the_context_not_the_history(db: Db) {
     );
     assert_eq!(page_len(&app, &tid).await, 6);
 
-    // Keeping more than there is: nothing to compact, no model call, nothing written.
+    // Not forced: only a configured trigger compacts (none is configured here).
     app.mock.clear_requests();
+    let (s, r) = app
+        .post_json(
+            &format!("/api/threads/{tid}/compact"),
+            json!({"force": false}),
+        )
+        .await;
+    assert_eq!((s, &r["compacted"]), (200, &json!(false)), "{r}");
+    assert_eq!(app.mock.chat_requests().len(), 0);
+    // Keeping more than there is: nothing to compact, no model call, nothing written.
     let (s, r) = app
         .post_json(
             &format!("/api/threads/{tid}/compact"),
