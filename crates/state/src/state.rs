@@ -72,32 +72,69 @@ fn goal_active() -> String {
     "active".to_string()
 }
 
-/// The lead agent's thread state. Channels that were never written are `None` and are not
-/// serialized, so `values` only shows what exists (as LangGraph does).
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+/// The lead agent's thread state. Channels that were never written are `None`; most are then
+/// left out of `values`, as LangGraph does. The channels DeerFlow declares with a reducer
+/// over a list or a map start out empty there rather than missing, so `values` always has
+/// `artifacts`, `viewed_images`, `delegations` and `skill_context` (see [`ALWAYS_PRESENT`]).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ThreadState {
     pub messages: Messages,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxState>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub thread_data: Option<ThreadData>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub artifacts: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub todos: Option<Vec<Todo>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub uploaded_files: Option<Vec<Value>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub viewed_images: Option<Map<String, Value>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub summary_text: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub goal: Option<GoalState>,
     /// Any other key a client or tool wrote (last value wins).
-    #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// Keys `values` always carries, empty when never written: DeerFlow's `ThreadState` declares
+/// them as reducer channels over a list or a dict, which LangGraph starts out empty.
+pub const ALWAYS_PRESENT: [&str; 4] =
+    ["artifacts", "viewed_images", "delegations", "skill_context"];
+
+impl Serialize for ThreadState {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        fn opt<M: SerializeMap, T: Serialize>(
+            m: &mut M,
+            key: &str,
+            v: &Option<T>,
+        ) -> Result<(), M::Error> {
+            match v {
+                Some(v) => m.serialize_entry(key, v),
+                None => Ok(()),
+            }
+        }
+        let empty_map = Map::new();
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("messages", &self.messages)?;
+        opt(&mut m, "sandbox", &self.sandbox)?;
+        opt(&mut m, "thread_data", &self.thread_data)?;
+        opt(&mut m, "title", &self.title)?;
+        m.serialize_entry("artifacts", self.artifacts.as_deref().unwrap_or_default())?;
+        opt(&mut m, "todos", &self.todos)?;
+        opt(&mut m, "uploaded_files", &self.uploaded_files)?;
+        m.serialize_entry(
+            "viewed_images",
+            self.viewed_images.as_ref().unwrap_or(&empty_map),
+        )?;
+        opt(&mut m, "summary_text", &self.summary_text)?;
+        opt(&mut m, "goal", &self.goal)?;
+        for (k, v) in &self.extra {
+            m.serialize_entry(k, v)?;
+        }
+        for key in ["delegations", "skill_context"] {
+            if !self.extra.contains_key(key) {
+                m.serialize_entry(key, &[] as &[Value])?;
+            }
+        }
+        m.end()
+    }
 }
 
 impl<'de> Deserialize<'de> for ThreadState {
@@ -110,6 +147,24 @@ impl<'de> Deserialize<'de> for ThreadState {
         state
             .apply_writes(&mut writes)
             .map_err(serde::de::Error::custom)?;
+        // The empty channels `values` always shows read back as never written, so a
+        // snapshot round-trips to the state it was taken from.
+        if state.artifacts.as_ref().is_some_and(Vec::is_empty) {
+            state.artifacts = None;
+        }
+        if state.viewed_images.as_ref().is_some_and(Map::is_empty) {
+            state.viewed_images = None;
+        }
+        for key in ["delegations", "skill_context"] {
+            if state
+                .extra
+                .get(key)
+                .and_then(Value::as_array)
+                .is_some_and(Vec::is_empty)
+            {
+                state.extra.remove(key);
+            }
+        }
         Ok(state)
     }
 }

@@ -143,12 +143,24 @@ async fn lead_agent_values_stream_starts_like_langgraph(db: Db) {
         first.iter().any(|m| m["type"] == "human"),
         "the first values event holds the input: {first:?}"
     );
+    // DeerFlow's list and dict channels are in every `values`, empty until written.
+    for e in ev.iter().filter(|e| e.event == "values") {
+        assert_eq!(e.data["viewed_images"], json!({}), "{}", e.data);
+        assert_eq!(e.data["delegations"], json!([]), "{}", e.data);
+        assert_eq!(e.data["skill_context"], json!([]), "{}", e.data);
+        assert!(e.data["artifacts"].is_array(), "{}", e.data);
+    }
+    assert_eq!(ev[1].data["artifacts"], json!([]));
     // Resume from the breakpoint: the current state comes first.
     let (_, st) = app.get_json(&format!("/threads/{tid}/state")).await;
     assert_eq!(st["next"], json!(["tools"]));
     let ev =
         stream(json!({"assistant_id": "lead_agent", "input": null, "stream_mode": "values"})).await;
     assert_eq!(ev[1].data, st["values"]);
+    assert_eq!(
+        ev.last().unwrap().data["artifacts"],
+        json!(["/mnt/user-data/outputs/a.md"])
+    );
     assert_eq!(
         ev.last().unwrap().data["messages"]
             .as_array()
