@@ -4,6 +4,8 @@
 //! Redis); a run whose node died is taken over by the other from its last checkpoint.
 
 use crate::helpers::*;
+use crate::sse_reader::SseReader;
+use fawn_runtime::hooks::Point;
 use fawn_testkit::Turn;
 use serde_json::json;
 use std::time::Duration;
@@ -128,7 +130,11 @@ async fn a_run_joined_on_another_node_streams_its_steps() {
     let tid = a.create_thread().await;
     a.mock
         .push(Turn::tool_call("get_weather", json!({"city": "Paris"})));
-    a.mock.push(slow_text(100, 20));
+    a.mock.push(slow_text(20, 1));
+    // The run waits at its tools step (on whichever node claims it) until the other node's
+    // join is connected, so the steps after it can only reach the join through the relay.
+    let mut at_a = a.hooks().pause(Point::Step, 3);
+    let mut at_b = b.hooks().pause(Point::Step, 3);
     let (s, run) = a
         .post_json(
             &format!("/threads/{tid}/runs"),
@@ -137,30 +143,26 @@ async fn a_run_joined_on_another_node_streams_its_steps() {
         .await;
     assert_eq!(s, 200, "{run}");
     let rid = run["run_id"].as_str().unwrap().to_string();
-    let on = |app: &TestApp| app.handle.state.rt.queue.active(&rid).is_some();
-    a.eventually("a node executes the run", || async { on(&a) || on(&b) })
-        .await;
-    let other = if on(&a) { &b } else { &a };
-    // Joined on the node that does not execute it: the steps arrive, then the end.
-    let text = tokio::time::timeout(
-        Duration::from_secs(30),
-        other
-            .client
-            .get(other.u(&format!("/threads/{tid}/runs/{rid}/stream")))
-            .send()
-            .await
-            .unwrap()
-            .text(),
-    )
-    .await
-    .expect("the joined stream ends when the run does")
-    .unwrap();
+    let (paused, other) = tokio::select! {
+        _ = at_a.reached() => (at_a, &b),
+        _ = at_b.reached() => (at_b, &a),
+    };
+    let resp = other
+        .client
+        .get(other.u(&format!("/threads/{tid}/runs/{rid}/stream")))
+        .send()
+        .await
+        .unwrap();
+    let mut reader = SseReader::new(resp);
+    let first = reader
+        .next(Duration::from_secs(30))
+        .await
+        .expect("the joined stream starts");
+    assert_eq!(first.event, "metadata", "{}", reader.raw);
+    paused.resume();
+    reader.rest(Duration::from_secs(30)).await;
+    let text = reader.raw.clone();
     let events = parse_sse(&text);
-    assert_eq!(
-        events.first().map(|e| e.event.as_str()),
-        Some("metadata"),
-        "{text}"
-    );
     let values: Vec<_> = events.iter().filter(|e| e.event == "values").collect();
     assert!(
         values.len() >= 2,
