@@ -14,7 +14,8 @@
 //! or answers nonsense ends the loop without touching the goal.
 //!
 //! The thread is busy for the whole run, so the goal routes (409 while busy) cannot race the
-//! loop.
+//! loop. A turn is judged only once its checkpoints are stored: under `durability: exit` a
+//! goal run writes them turn by turn instead of all at the end.
 
 use crate::error::{Result, RuntimeError};
 use crate::observer::Observer;
