@@ -442,16 +442,20 @@ async fn seeded_runs_are_history(db: Db) {
     .await;
     assert_eq!(r.body["data"].as_array().unwrap().len(), 2, "{}", r.body);
 
+    let changes = format!("/api/threads/{tid}/runs/{r1}/workspace-changes");
+    let r = call(&app, &ann, "GET", &changes, None).await;
+    assert_eq!(
+        (r.status, &r.body["available"]),
+        (200, &json!(false)),
+        "{}",
+        r.body
+    );
+
     // Bob can neither read them nor seed into Ann's thread.
-    let r = call(
-        &app,
-        &bob,
-        "GET",
-        &format!("/api/threads/{tid}/messages/page"),
-        None,
-    )
-    .await;
-    assert_eq!(r.status, 404);
+    for path in [format!("/api/threads/{tid}/messages/page"), changes] {
+        let r = call(&app, &bob, "GET", &path, None).await;
+        assert_eq!(r.status, 404, "{path}: {}", r.body);
+    }
     let (r3, r4) = ids();
     let r = call(
         &app,
