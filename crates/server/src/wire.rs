@@ -193,6 +193,73 @@ pub fn history(items: &[Checkpoint]) -> Vec<Value> {
         .collect()
 }
 
+/// DeerFlow's checkpoint history entries (its gateway's `POST /api/threads/{id}/history`):
+/// `{checkpoint_id, parent_checkpoint_id, metadata, values, created_at, next}`, newest first.
+/// `values` holds only `title` and `thread_data`, plus `messages` on the newest entry, where
+/// AI and tool messages carry the `run_id` of their turn's human message. There is no
+/// `checkpoint` object, so the LangGraph SDK's `useStream` does not pin its next run to the
+/// head it last fetched (a compaction or goal written since would be forked away).
+/// Metadata loses the bookkeeping keys, `step` stays.
+pub fn deerflow_history(items: &[Checkpoint]) -> Vec<Value> {
+    const HIDDEN: [&str; 6] = [
+        "created_at",
+        "updated_at",
+        "source",
+        "writes",
+        "parents",
+        "run_durations",
+    ];
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let mut values = Map::new();
+            if let Some(t) = c.state.title.as_ref().filter(|t| !t.is_empty()) {
+                values.insert("title".into(), Value::String(t.clone()));
+            }
+            if let Some(d) = &c.state.thread_data {
+                values.insert("thread_data".into(), json!(d));
+            }
+            if i == 0 && !c.state.messages.is_empty() {
+                let mut msgs = match json!(c.state.messages) {
+                    Value::Array(a) => a,
+                    _ => Vec::new(),
+                };
+                let mut turn: Option<Value> = None;
+                for m in &mut msgs {
+                    let Some(m) = m.as_object_mut() else { continue };
+                    match m.get("type").and_then(Value::as_str) {
+                        Some("human") => {
+                            turn = m
+                                .get("additional_kwargs")
+                                .and_then(|k| k.get("run_id"))
+                                .filter(|r| r.as_str().is_some_and(|r| !r.is_empty()))
+                                .cloned();
+                        }
+                        Some("ai" | "tool") => {
+                            if let Some(r) = &turn {
+                                m.entry("run_id").or_insert_with(|| r.clone());
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                values.insert("messages".into(), Value::Array(msgs));
+            }
+            let mut metadata = c.metadata.clone();
+            metadata.retain(|k, _| !HIDDEN.contains(&k.as_str()));
+            json!({
+                "checkpoint_id": c.checkpoint_id,
+                "parent_checkpoint_id": c.parent_id,
+                "metadata": metadata,
+                "values": values,
+                "created_at": ts(&c.created_at),
+                "next": c.next,
+            })
+        })
+        .collect()
+}
+
 /// `ThreadState` of a checkpoint.
 pub fn thread_state(c: &Checkpoint) -> Value {
     thread_state_with(c, None)

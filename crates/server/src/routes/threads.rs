@@ -679,6 +679,9 @@ async fn history(
         )
         .await
         .map_err(|e| ApiError::store("loading the history", e))?;
+    if crate::extract::deerflow_mount() {
+        return Ok(wire::ok(&wire::deerflow_history(&items)));
+    }
     Ok(wire::ok(&wire::history(&items)))
 }
 
@@ -698,6 +701,12 @@ pub async fn history_post(
 ) -> ApiResult<Response> {
     let id = uuid_param("thread", &id)?;
     let b = b.unwrap_or_default();
+    // DeerFlow's gateway takes 1..=100 entries.
+    if crate::extract::deerflow_mount() && b.limit.is_some_and(|l| !(1..=100).contains(&l)) {
+        return Err(ApiError::unprocessable(
+            "Invalid request body at `limit`: must be between 1 and 100",
+        ));
+    }
     let before = before_id(&b.before)?;
     let ns = b
         .checkpoint
