@@ -609,9 +609,9 @@ impl Default for InputPolishConfig {
 /// `run_events:` (DeerFlow): the run-event journal behind the history routes. Fawn keeps it
 /// in its own database (SQLite or Postgres) whatever `backend` says: `db` is exactly that,
 /// `memory` (DeerFlow's default, lost on restart) gets the durable journal instead, and
-/// `jsonl` is not implemented (a warning; the database is used). `trace` events (the
-/// subagent step timeline) longer than `max_trace_content` bytes are cut there, marked
-/// `content_truncated` with the `original_byte_length`. `track_token_usage` is accepted:
+/// `jsonl` is not implemented (a warning; the database is used). `max_trace_content` bounds
+/// DeerFlow's `trace` events, which Fawn does not record (its subagent step rows are capped
+/// by the `task` tool), so it is accepted and has no effect; so is `track_token_usage`:
 /// Fawn keeps no per-run token totals (token usage is read from the messages).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
