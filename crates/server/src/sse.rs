@@ -31,6 +31,10 @@ pub fn frame(buf: &mut Vec<u8>, name: &str, data: &[u8], id: Option<u64>) {
 
 pub const HEARTBEAT: &[u8] = b": heartbeat\n\n";
 
+/// `Cache-Control` of every SSE response: `no-transform` keeps proxies that compress (such as
+/// Next.js rewrites under `next start`) from gzipping the stream and holding it until it ends.
+pub const SSE_CACHE_CONTROL: &str = "no-store, no-transform";
+
 /// Headers of every SSE response.
 pub fn sse_headers(location: Option<&str>, content_location: Option<&str>) -> HeaderMap {
     let mut h = HeaderMap::new();
@@ -38,7 +42,10 @@ pub fn sse_headers(location: Option<&str>, content_location: Option<&str>) -> He
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/event-stream; charset=utf-8"),
     );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static(SSE_CACHE_CONTROL),
+    );
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     if let Some(l) = location.and_then(|l| HeaderValue::from_str(l).ok()) {
         h.insert(header::LOCATION, l);

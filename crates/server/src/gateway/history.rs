@@ -20,12 +20,18 @@
 //! create or replace it and answer the feedback; `rating` must be +1 or -1 (400). `GET`
 //! lists the caller's, `GET …/stats` counts them, `DELETE` removes the caller's
 //! (`{"success": true}`, 404 when there is none), `DELETE …/{feedback_id}` one by id.
+//!
+//! A `{rid}` is a UUID, which must be a run of the thread (404), or a journal-only id
+//! (`^[A-Za-z0-9_-]{1,128}$`: a branch's seeded turns `branch-seed-{thread_id}-{n}`, the turns
+//! of a thread older than the journal `checkpoint-{n}`), read from the thread's journal like
+//! DeerFlow's event store: an unknown one has no rows. Rating one needs rows of it in the
+//! thread's journal (404). Anything else is a 422; the thread must be the caller's (404).
 
 use super::thread_param;
 use crate::app::AppState;
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{JsonBody, Path, Query, uuid_param};
+use crate::extract::{JsonBody, Path, Query};
 use crate::routes::threads::load_thread;
 use crate::wire::{ok, ts};
 use axum::extract::State;
@@ -290,19 +296,81 @@ pub async fn messages(
     Ok(ok(&data))
 }
 
+/// Longest journal-only run id (see [`journal_run_param`]).
+pub const MAX_RUN_ID: usize = 128;
+
+/// A run id in a journal route: a UUID (canonical lowercase, a row of `runs`) or a journal-only
+/// id such as a branch's seeded turns (`branch-seed-{thread_id}-{n}`) or the turns of a thread
+/// older than the journal (`checkpoint-{n}`), matching `^[A-Za-z0-9_-]{1,128}$`, kept as it
+/// is. Anything else is a 422. The flag tells whether it was a UUID.
+pub(crate) fn journal_run_param(raw: &str) -> ApiResult<(String, bool)> {
+    if let Ok(u) = uuid::Uuid::parse_str(raw.trim()) {
+        return Ok((u.hyphenated().to_string(), true));
+    }
+    let plain = (1..=MAX_RUN_ID).contains(&raw.len())
+        && raw
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if plain {
+        return Ok((raw.to_string(), false));
+    }
+    Err(ApiError::unprocessable(format!(
+        "Invalid run ID: must be a UUID or match ^[A-Za-z0-9_-]{{1,{MAX_RUN_ID}}}$"
+    )))
+}
+
 /// The run of a thread named in a path (404 when it is not that thread's).
-pub(crate) async fn thread_run(app: &AppState, thread_id: &str, run_id: &str) -> ApiResult<String> {
-    let thread_id = thread_param(thread_id)?;
-    let run_id = uuid_param("run", run_id)?;
-    load_thread(app, &thread_id).await?;
-    match app.store.get_run(&run_id).await {
-        Ok(Some(r)) if r.thread_id == thread_id => Ok(run_id),
+async fn thread_run_row(app: &AppState, thread_id: &str, run_id: &str) -> ApiResult<()> {
+    match app.store.get_run(run_id).await {
+        Ok(Some(r)) if r.thread_id == thread_id => Ok(()),
         Ok(Some(_)) => Err(ApiError::not_found(format!(
             "Run {run_id} not found in thread {thread_id}"
         ))),
         Ok(None) => Err(ApiError::not_found(format!("Run {run_id} not found"))),
         Err(e) => Err(ApiError::store("loading the run", e)),
     }
+}
+
+/// The run of a thread's journal named in a path, for reading its rows: a UUID must be a run
+/// of that thread (404 otherwise); a journal-only id is taken as it is (the thread must exist
+/// and is the caller's, checked by the route's guard) — its rows are read within the thread,
+/// so an unknown one just has none, as in DeerFlow's event store.
+pub(crate) async fn thread_run(app: &AppState, thread_id: &str, run_id: &str) -> ApiResult<String> {
+    let thread_id = thread_param(thread_id)?;
+    let (run_id, is_uuid) = journal_run_param(run_id)?;
+    load_thread(app, &thread_id).await?;
+    if is_uuid {
+        thread_run_row(app, &thread_id, &run_id).await?;
+    }
+    Ok(run_id)
+}
+
+/// A run that can be rated: a run of the thread, or a journal-only run with rows in the
+/// thread's journal (a branch's seeded turn, whose answers the UI shows like any other).
+async fn rateable_run(app: &AppState, thread_id: &str, run_id: &str) -> ApiResult<String> {
+    let (run_id, is_uuid) = journal_run_param(run_id)?;
+    load_thread(app, thread_id).await?;
+    if is_uuid {
+        thread_run_row(app, thread_id, &run_id).await?;
+        return Ok(run_id);
+    }
+    let rows = app
+        .store
+        .run_events(
+            thread_id,
+            &run_id,
+            &EventQuery {
+                after_seq: Some(0),
+                limit: 1,
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(store_err("reading the run's journal"))?;
+    if rows.is_empty() {
+        return Err(ApiError::not_found(format!("Run {run_id} not found")));
+    }
+    Ok(run_id)
 }
 
 /// `GET /api/threads/{id}/runs/{rid}/messages?limit=50&before_seq=&after_seq=` →
@@ -448,7 +516,7 @@ async fn save_feedback(
         return Err(ApiError::bad_request("rating must be +1 or -1"));
     }
     let thread_id = thread_param(&thread_id)?;
-    let run_id = thread_run(app, &thread_id, &run_id).await?;
+    let run_id = rateable_run(app, &thread_id, &run_id).await?;
     let f = app
         .store
         .upsert_feedback(NewFeedback {
@@ -495,7 +563,7 @@ async fn my_feedback(
     principal: &Principal,
 ) -> ApiResult<(String, String, Vec<Feedback>)> {
     let thread_id = thread_param(thread_id)?;
-    let run_id = uuid_param("run", run_id)?;
+    let (run_id, _) = journal_run_param(run_id)?;
     load_thread(app, &thread_id).await?;
     let list = app
         .store
@@ -540,7 +608,7 @@ pub async fn delete_feedback(
     principal: Principal,
 ) -> ApiResult<Response> {
     let thread_id = thread_param(&thread_id)?;
-    let run_id = uuid_param("run", &run_id)?;
+    let (run_id, _) = journal_run_param(&run_id)?;
     load_thread(&app, &thread_id).await?;
     let deleted = app
         .store
@@ -560,7 +628,7 @@ pub async fn delete_feedback_by_id(
     principal: Principal,
 ) -> ApiResult<Response> {
     let thread_id = thread_param(&thread_id)?;
-    let run_id = uuid_param("run", &run_id)?;
+    let (run_id, _) = journal_run_param(&run_id)?;
     load_thread(&app, &thread_id).await?;
     let found = app
         .store

@@ -20,6 +20,7 @@
 //! | `GET /api/threads/{id}/runs/{rid}/workspace-changes` | [`workspace_changes`] |
 //! | `POST /api/test-only/seed-runs` (404 unless started with `DEERFLOW_ENABLE_TEST_SEED=1`) | [`seed`] |
 //! | `POST /api/threads/{id}/compact` | [`compact`] |
+//! | `GET /api/integrations/lark/status` (not installed, never connected) | [`integrations`] |
 //! | `GET\|PUT\|DELETE /api/threads/{id}/goal` | [`goal`] |
 //!
 //! Admin only, as in DeerFlow: skill toggles, reload and install, reading and changing custom
@@ -43,6 +44,7 @@ pub mod conversation;
 pub mod files;
 pub mod goal;
 pub mod history;
+pub mod integrations;
 pub mod mcp;
 pub mod memory;
 pub mod polish;
@@ -224,6 +226,11 @@ pub fn routes(state: &AppState) -> Routes {
             post(channels::unsupported)
                 .put(channels::unsupported)
                 .delete(channels::unsupported),
+        )
+        .route(
+            "/integrations/lark/status",
+            &[(Get, User)],
+            get(integrations::lark_status),
         )
         .route(
             "/suggestions/config",

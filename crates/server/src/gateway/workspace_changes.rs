@@ -7,8 +7,9 @@
 //! additions, deletions, truncated}, files [...], limits}`. A run without a recorded change
 //! (it changed nothing, is still running, or predates the recorder) is `available: false`
 //! with an empty summary and `limits: {}`. `include_files=false` empties `files`;
-//! `include_diff=false` keeps them with `diff: ""`. The thread must be the caller's and the
-//! run that thread's (404 otherwise).
+//! `include_diff=false` keeps them with `diff: ""`. The thread must be the caller's and a
+//! UUID run that thread's (404 otherwise); a journal-only run id (a branch's seeded turn
+//! `branch-seed-{thread_id}-{n}`, see [`super::history`]) has no recorded change.
 
 use super::history::thread_run;
 use super::thread_param;

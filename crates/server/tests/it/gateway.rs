@@ -279,6 +279,27 @@ async fn models_features_and_auth() {
         .await;
     assert_eq!(s, 501, "{e}");
     assert_eq!(e["detail"], "IM channels are not supported by Fawn");
+    // Nor is the Lark integration: Settings reads its status, which says so (never connected).
+    let (s, lark) = app.get_json("/api/integrations/lark/status").await;
+    assert_eq!(s, 200, "{lark}");
+    assert_eq!(
+        (
+            &lark["installed"],
+            &lark["app_configured"],
+            &lark["cli"]["available"],
+            &lark["auth"]["status"],
+            &lark["sandbox_runtime_ready"],
+        ),
+        (
+            &json!(false),
+            &json!(false),
+            &json!(false),
+            &json!("unavailable"),
+            &json!(false),
+        ),
+        "{lark}"
+    );
+    assert_eq!(lark["installed_skills"], json!([]));
 
     // Gateway routes live under /api only; the LangGraph routes still answer there.
     assert_eq!(app.get_json("/api/langgraph/models").await.0, 404);

@@ -590,6 +590,109 @@ async fn branch_forks_a_thread_at_a_turn(db: Db) {
     assert!(!branch_data.join("outputs/link").exists());
     assert!(!branch_data.join("uploads/.upload-x.part").exists());
 
+    // The run routes take the seeded turns' ids, as DeerFlow's UI asks for them: nothing was
+    // recorded of their workspace changes, their rows are read from the journal.
+    let runs = format!("/api/threads/{new}/runs");
+    let (s, w) = app
+        .get_json(&format!(
+            "{runs}/{}/workspace-changes?include_files=true&include_diff=false",
+            seed(2)
+        ))
+        .await;
+    assert_eq!(s, 200, "{w}");
+    assert_eq!(
+        (&w["available"], &w["files"], &w["summary"]["created"]),
+        (&json!(false), &json!([]), &json!(0)),
+        "{w}"
+    );
+    let (s, rm) = app.get_json(&format!("{runs}/{}/messages", seed(2))).await;
+    assert_eq!((s, &rm["has_more"]), (200, &json!(false)), "{rm}");
+    let rows: Vec<(String, String)> = rm["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["run_id"].as_str().unwrap().to_string(),
+                text(&r["content"]),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            (seed(2), "question two".to_string()),
+            (seed(2), "Answer two.".to_string())
+        ]
+    );
+    let (s, ev) = app.get_json(&format!("{runs}/{}/events", seed(1))).await;
+    assert_eq!(s, 200, "{ev}");
+    let ev = ev.as_array().unwrap();
+    assert_eq!(ev.len(), 2, "{ev:?}");
+    assert!(ev.iter().all(|e| e["run_id"] == seed(1).as_str()), "{ev:?}");
+    // A seeded answer can be rated like any other; its feedback reads back.
+    let fb = format!("{runs}/{}/feedback", seed(2));
+    let r = app
+        .client
+        .put(app.u(&fb))
+        .json(&json!({"rating": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let f: Value = r.json().await.unwrap();
+    assert_eq!(
+        (&f["run_id"], &f["thread_id"], &f["rating"]),
+        (&json!(seed(2)), &json!(new), &json!(1)),
+        "{f}"
+    );
+    let (s, l) = app.get_json(&fb).await;
+    assert_eq!((s, l.as_array().map(Vec::len)), (200, Some(1)), "{l}");
+    let (s, st) = app.get_json(&format!("{fb}/stats")).await;
+    assert_eq!((s, &st["positive"]), (200, &json!(1)), "{st}");
+    // A journal-only id without rows has none of anything, and cannot be rated.
+    let (s, w) = app
+        .get_json(&format!("{runs}/checkpoint-9/workspace-changes"))
+        .await;
+    assert_eq!((s, &w["available"]), (200, &json!(false)), "{w}");
+    let (s, rm) = app.get_json(&format!("{runs}/checkpoint-9/messages")).await;
+    assert_eq!((s, rm), (200, json!({"data": [], "has_more": false})));
+    let (s, ev) = app.get_json(&format!("{runs}/checkpoint-9/events")).await;
+    assert_eq!((s, ev), (200, json!([])));
+    let (s, l) = app.get_json(&format!("{runs}/checkpoint-9/feedback")).await;
+    assert_eq!((s, l), (200, json!([])));
+    let (s, e) = app
+        .post_json(
+            &format!("{runs}/checkpoint-9/feedback"),
+            json!({"rating": 1}),
+        )
+        .await;
+    assert_eq!(s, 404, "{e}");
+    // A UUID must still be a run of the thread; anything else is refused.
+    let other = uuid::Uuid::new_v4();
+    for (rid, status) in [
+        (other.to_string(), 404),
+        (r1.clone(), 404),
+        ("bad.id".to_string(), 422),
+        ("x".repeat(129), 422),
+    ] {
+        for tail in ["messages", "events", "workspace-changes", "feedback"] {
+            let (s, e) = app.get_json(&format!("{runs}/{rid}/{tail}")).await;
+            let want = if tail == "feedback" && status == 404 {
+                200
+            } else {
+                status
+            };
+            assert_eq!(s, want, "{rid}/{tail}: {e}");
+            if s == 422 {
+                assert!(
+                    e["detail"].as_str().unwrap().starts_with("Invalid run ID"),
+                    "{e}"
+                );
+            }
+        }
+    }
+
     // Its inherited last answer can be regenerated, from the branch's own checkpoint
     // before that turn; the superseded run is the turn's seed.
     let (s, r) = app
@@ -734,5 +837,23 @@ async fn other_users_threads_are_not_found(db: Db) {
     )
     .await;
     assert_eq!(r.body["data"].as_array().unwrap().len(), 2, "{}", r.body);
+    // Its seeded turn's run routes are Ann's too.
+    let run = format!("/api/threads/{new}/runs/branch-seed-{new}-1");
+    for tail in ["messages", "events", "workspace-changes", "feedback"] {
+        let path = format!("{run}/{tail}");
+        let r = call(&app, &ann, "GET", &path, None).await;
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+        let r = call(&app, &bob, "GET", &path, None).await;
+        assert_eq!(r.status, 404, "{path}: {}", r.body);
+    }
+    let r = call(
+        &app,
+        &bob,
+        "PUT",
+        &format!("{run}/feedback"),
+        Some(json!({"rating": -1})),
+    )
+    .await;
+    assert_eq!(r.status, 404, "{}", r.body);
     app.stop().await;
 }

@@ -52,7 +52,7 @@ async fn stream_tool_calling_run(db: Db) {
     assert_eq!(r.status(), 200);
     let h = r.headers().clone();
     assert_eq!(h["content-type"], "text/event-stream; charset=utf-8");
-    assert_eq!(h["cache-control"], "no-store");
+    assert_eq!(h["cache-control"], "no-store, no-transform");
     let cl = h["content-location"].to_str().unwrap().to_string();
     assert!(
         cl.starts_with(&format!("/api/langgraph/threads/{tid}/runs/")),
