@@ -12,6 +12,7 @@ backends!(
     feedback_round_trip,
     feedback_and_history_belong_to_their_user,
     threads_without_a_journal_page_their_checkpoint,
+    history_under_api_has_deerflows_shape,
 );
 
 /// Starts a background run on `tid` and waits for its end; returns its id.
@@ -533,5 +534,86 @@ async fn threads_without_a_journal_page_their_checkpoint(db: Db) {
             json!({"data": [], "has_more": false, "next_before_seq": null})
         )
     );
+    app.stop().await;
+}
+
+/// Under `/api` the checkpoint history is DeerFlow's gateway's: no `checkpoint` object (so
+/// the UI's SDK does not pin its next run to a stale head), `values` with the title and, on
+/// the newest entry only, the messages, with each turn's run id; bookkeeping metadata gone.
+/// At `/` it stays LangGraph's.
+async fn history_under_api_has_deerflows_shape(db: Db) {
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    let (tid, _, _) = two_runs(&app).await;
+    // A turn whose human message names its run (the lead agent stamps it so): the answers
+    // after it carry that run id.
+    app.mock.push(Turn::text("Noted."));
+    let (s, r) = app
+        .post_json(
+            &format!("/api/threads/{tid}/runs/wait"),
+            json!({"assistant_id": "lead_agent", "input": {"messages": [{"role": "user",
+                "content": "note it", "additional_kwargs": {"run_id": "turn-3"}}]}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{r}");
+    let (s, h) = app
+        .post_json(&format!("/api/threads/{tid}/history"), json!({"limit": 3}))
+        .await;
+    assert_eq!(s, 200, "{h}");
+    let h = h.as_array().unwrap();
+    assert_eq!(h.len(), 3);
+    for e in h {
+        let mut keys: Vec<&str> = e.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                "checkpoint_id",
+                "created_at",
+                "metadata",
+                "next",
+                "parent_checkpoint_id",
+                "values"
+            ],
+            "{e}"
+        );
+        assert!(e["metadata"].get("source").is_none() && e["metadata"].get("writes").is_none());
+        assert!(e["metadata"]["step"].is_i64(), "{e}");
+    }
+    assert_eq!(h[0]["parent_checkpoint_id"], h[1]["checkpoint_id"]);
+    let msgs = h[0]["values"]["messages"].as_array().unwrap();
+    assert_eq!(msgs.len(), 8, "{}", h[0]);
+    assert!(
+        msgs[..6].iter().all(|m| m.get("run_id").is_none()),
+        "{}",
+        h[0]
+    );
+    assert_eq!(msgs[7]["type"], "ai");
+    assert_eq!(msgs[7]["run_id"], "turn-3", "{}", h[0]);
+    assert!(h[1]["values"].get("messages").is_none(), "{}", h[1]);
+    // The cursor pages on; DeerFlow's bounds on `limit`.
+    let (s, older) = app
+        .post_json(
+            &format!("/api/threads/{tid}/history"),
+            json!({"limit": 1, "before": h[0]["checkpoint_id"]}),
+        )
+        .await;
+    assert_eq!(s, 200);
+    assert_eq!(older[0]["checkpoint_id"], h[1]["checkpoint_id"]);
+    for limit in [0, 101] {
+        let (s, e) = app
+            .post_json(
+                &format!("/api/threads/{tid}/history"),
+                json!({"limit": limit}),
+            )
+            .await;
+        assert_eq!(s, 422, "{e}");
+    }
+    // LangGraph's shape at the root.
+    let (_, lg) = app
+        .post_json(&format!("/threads/{tid}/history"), json!({"limit": 1}))
+        .await;
+    assert_eq!(lg[0]["checkpoint"]["checkpoint_id"], h[0]["checkpoint_id"]);
     app.stop().await;
 }
