@@ -195,8 +195,9 @@ pub fn history(items: &[Checkpoint]) -> Vec<Value> {
 
 /// DeerFlow's checkpoint history entries (its gateway's `POST /api/threads/{id}/history`):
 /// `{checkpoint_id, parent_checkpoint_id, metadata, values, created_at, next}`, newest first.
-/// `values` holds only `title` and `thread_data`, plus `messages` on the newest entry, where
-/// AI and tool messages carry the `run_id` of their turn's human message. There is no
+/// `values` holds `title` and `thread_data`, plus, on the newest entry, `messages` (AI and
+/// tool messages carry the `run_id` of their turn's human message) and the `goal`, `todos`
+/// and `artifacts` the UI renders. There is no
 /// `checkpoint` object, so the LangGraph SDK's `useStream` does not pin its next run to the
 /// head it last fetched (a compaction or goal written since would be forked away).
 /// Metadata loses the bookkeeping keys, `step` stays.
@@ -245,6 +246,20 @@ pub fn deerflow_history(items: &[Checkpoint]) -> Vec<Value> {
                     }
                 }
                 values.insert("messages".into(), Value::Array(msgs));
+            }
+            // Beyond DeerFlow's entry: the newest also carries the other channels its UI
+            // renders from `values` (the goal chip, todos, the artifacts panel), so they
+            // survive the history refetch that follows every run and a reload.
+            if i == 0 {
+                if let Some(g) = &c.state.goal {
+                    values.insert("goal".into(), json!(g));
+                }
+                if let Some(t) = &c.state.todos {
+                    values.insert("todos".into(), json!(t));
+                }
+                if let Some(a) = &c.state.artifacts {
+                    values.insert("artifacts".into(), json!(a));
+                }
             }
             let mut metadata = c.metadata.clone();
             metadata.retain(|k, _| !HIDDEN.contains(&k.as_str()));

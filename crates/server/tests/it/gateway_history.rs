@@ -615,5 +615,20 @@ async fn history_under_api_has_deerflows_shape(db: Db) {
         .post_json(&format!("/threads/{tid}/history"), json!({"limit": 1}))
         .await;
     assert_eq!(lg[0]["checkpoint"]["checkpoint_id"], h[0]["checkpoint_id"]);
+    // The newest entry also carries the goal the UI shows as a chip.
+    let r = app
+        .client
+        .put(app.u(&format!("/api/threads/{tid}/goal")))
+        .json(&json!({"objective": "ship it", "max_continuations": 2}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let (_, h) = app
+        .post_json(&format!("/api/threads/{tid}/history"), json!({"limit": 2}))
+        .await;
+    assert_eq!(h[0]["values"]["goal"]["objective"], "ship it", "{h}");
+    assert_eq!(h[0]["values"]["messages"].as_array().unwrap().len(), 8);
+    assert!(h[1]["values"].get("goal").is_none(), "{h}");
     app.stop().await;
 }
