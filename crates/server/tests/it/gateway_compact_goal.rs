@@ -2,6 +2,7 @@
 //! goal's hidden continuation turns, on both backends. The mock LLM writes the summaries,
 //! the agent's replies and the evaluator's verdicts, in script order.
 
+use crate::helpers::run_to_success as run;
 use crate::helpers::*;
 use fawn_config::{ContextSize, ContextSizeKind};
 use fawn_runtime::hooks::Point;
@@ -30,21 +31,6 @@ async fn spawn_summarizing(db: Db) -> Option<TestApp> {
         };
     }));
     spawn_with(spec).await
-}
-
-/// Starts a background run on `tid` and waits for its end; returns its id.
-async fn run(app: &TestApp, tid: &str, text: &str) -> String {
-    let (s, r) = app
-        .post_json(
-            &format!("/api/threads/{tid}/runs"),
-            json!({"assistant_id": "lead_agent", "input": user_input(text)}),
-        )
-        .await;
-    assert_eq!(s, 200, "{r}");
-    let rid = r["run_id"].as_str().unwrap().to_string();
-    let done = app.wait_run(tid, &rid).await;
-    assert_eq!(done["status"], "success", "{done}");
-    rid
 }
 
 async fn state(app: &TestApp, tid: &str) -> Value {

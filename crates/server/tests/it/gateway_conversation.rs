@@ -2,6 +2,7 @@
 //! the prepared run as the web UI does) and branches, on both backends.
 
 use crate::auth::{admin_and_users, call, spawn_auth};
+use crate::helpers::run_to_success as run;
 use crate::helpers::*;
 use fawn_testkit::Turn;
 use serde_json::{Value, json};
@@ -15,21 +16,6 @@ backends!(
     branch_forks_a_thread_at_a_turn,
     other_users_threads_are_not_found,
 );
-
-/// Starts a background run on `tid` and waits for its end; returns its id.
-async fn run(app: &TestApp, tid: &str, text: &str) -> String {
-    let (s, r) = app
-        .post_json(
-            &format!("/api/threads/{tid}/runs"),
-            json!({"assistant_id": "lead_agent", "input": user_input(text)}),
-        )
-        .await;
-    assert_eq!(s, 200, "{r}");
-    let rid = r["run_id"].as_str().unwrap().to_string();
-    let done = app.wait_run(tid, &rid).await;
-    assert_eq!(done["status"], "success", "{done}");
-    rid
-}
 
 /// A thread with two turns: "hello" → "Answer one.", "question two" → "Answer two.".
 async fn two_turns(app: &TestApp) -> (String, String, String) {

@@ -2,6 +2,7 @@
 //! events, and feedback, on both backends.
 
 use crate::auth::{Cred, admin_and_users, call, spawn_auth};
+use crate::helpers::run_to_success as run;
 use crate::helpers::*;
 use fawn_testkit::Turn;
 use serde_json::{Value, json};
@@ -14,21 +15,6 @@ backends!(
     threads_without_a_journal_page_their_checkpoint,
     history_under_api_has_deerflows_shape,
 );
-
-/// Starts a background run on `tid` and waits for its end; returns its id.
-async fn run(app: &TestApp, tid: &str, text: &str) -> String {
-    let (s, r) = app
-        .post_json(
-            &format!("/api/threads/{tid}/runs"),
-            json!({"assistant_id": "lead_agent", "input": user_input(text)}),
-        )
-        .await;
-    assert_eq!(s, 200, "{r}");
-    let rid = r["run_id"].as_str().unwrap().to_string();
-    let done = app.wait_run(tid, &rid).await;
-    assert_eq!(done["status"], "success", "{done}");
-    rid
-}
 
 /// A thread with two runs: the weather turn (human, ai tool call, tool, ai) and a chat turn
 /// (human, ai).

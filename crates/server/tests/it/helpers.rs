@@ -440,3 +440,19 @@ pub fn weather_script(mock: &MockLlm) {
 pub fn user_input(text: &str) -> Value {
     json!({"messages": [{"role": "user", "content": text}]})
 }
+
+/// Starts a background run of `lead_agent` on `tid` under `/api` with `text` as the user's
+/// message, waits for its end and checks it succeeded; returns its id.
+pub async fn run_to_success(app: &TestApp, tid: &str, text: &str) -> String {
+    let (s, r) = app
+        .post_json(
+            &format!("/api/threads/{tid}/runs"),
+            json!({"assistant_id": "lead_agent", "input": user_input(text)}),
+        )
+        .await;
+    assert_eq!(s, 200, "{r}");
+    let rid = r["run_id"].as_str().unwrap().to_string();
+    let done = app.wait_run(tid, &rid).await;
+    assert_eq!(done["status"], "success", "{done}");
+    rid
+}
