@@ -113,12 +113,7 @@ pub async fn compact_thread(
     if thread.status == ThreadStatus::Busy {
         return Err(busy());
     }
-    let Some(cp) = rt
-        .store
-        .get_checkpoint(&thread.thread_id, "", None)
-        .await
-        .map_err(|e| RuntimeError::store("loading the state", e))?
-    else {
+    let Some(cp) = crate::threads::head(rt, &thread.thread_id).await? else {
         return Ok(Compacted::nothing());
     };
     if let Some(keep) = req.keep.clone() {

@@ -107,11 +107,7 @@ fn refuse_busy(thread: &Thread, what: &str) -> Result<()> {
 /// conflict.
 pub async fn set_goal(rt: &Runtime, thread: &Thread, goal: GoalState) -> Result<()> {
     refuse_busy(thread, "Set the goal")?;
-    let base = rt
-        .store
-        .get_checkpoint(&thread.thread_id, "", None)
-        .await
-        .map_err(|e| RuntimeError::store("loading the state", e))?;
+    let base = crate::threads::head(rt, &thread.thread_id).await?;
     let update = StateUpdate {
         goal: Some(Some(goal)),
         ..Default::default()
@@ -125,12 +121,7 @@ pub async fn set_goal(rt: &Runtime, thread: &Thread, goal: GoalState) -> Result<
 /// pending or in flight is a conflict.
 pub async fn clear_goal(rt: &Runtime, thread: &Thread) -> Result<()> {
     refuse_busy(thread, "Clear the goal")?;
-    let Some(cp) = rt
-        .store
-        .get_checkpoint(&thread.thread_id, "", None)
-        .await
-        .map_err(|e| RuntimeError::store("loading the state", e))?
-    else {
+    let Some(cp) = crate::threads::head(rt, &thread.thread_id).await? else {
         return Ok(());
     };
     if cp.state.goal.is_none() {

@@ -304,11 +304,7 @@ pub async fn write_runtime_update(
     expected: Option<&str>,
 ) -> Result<(String, Arc<ThreadState>)> {
     let graph = thread_graph(rt, &thread.thread_id, &thread.metadata)?;
-    let base = rt
-        .store
-        .get_checkpoint(&thread.thread_id, "", None)
-        .await
-        .map_err(|e| RuntimeError::store("loading the state", e))?;
+    let base = crate::threads::head(rt, &thread.thread_id).await?;
     if base.as_ref().map(|c| c.checkpoint_id.as_str()) != expected {
         return Err(RuntimeError::conflict(
             "The thread's state changed meanwhile. Try again.",
@@ -347,16 +343,20 @@ pub async fn write_runtime_update(
     Ok((id, state))
 }
 
+/// The thread's latest checkpoint (root namespace), if it has one.
+pub(crate) async fn head(rt: &Runtime, thread_id: &str) -> Result<Option<Checkpoint>> {
+    rt.store
+        .get_checkpoint(thread_id, "", None)
+        .await
+        .map_err(|e| RuntimeError::store("loading the state", e))
+}
+
 /// Applies `updates` (one checkpoint each, in order) on top of an existing thread's latest
 /// state, all or nothing: every update is checked before any is written, and the
 /// checkpoints are written as one chain.
 async fn apply_updates(rt: &Runtime, thread: &Thread, updates: Vec<StateWrite>) -> Result<()> {
     let graph = thread_graph(rt, &thread.thread_id, &thread.metadata)?;
-    let base = rt
-        .store
-        .get_checkpoint(&thread.thread_id, "", None)
-        .await
-        .map_err(|e| RuntimeError::store("loading the state", e))?;
+    let base = crate::threads::head(rt, &thread.thread_id).await?;
     let chain = plan_updates(
         &*graph,
         &thread.thread_id,
