@@ -2,6 +2,7 @@
 //! goal's hidden continuation turns, on both backends. The mock LLM writes the summaries,
 //! the agent's replies and the evaluator's verdicts, in script order.
 
+use crate::auth::{admin_and_users, call, spawn_auth};
 use crate::helpers::run_to_success as run;
 use crate::helpers::*;
 use fawn_config::{ContextSize, ContextSizeKind};
@@ -18,6 +19,7 @@ backends!(
     goal_stands_down_at_its_limit,
     goal_evaluation_ends_with_a_cancel,
     lead_agent_goal_turns_and_compaction,
+    another_users_goal_and_compact_are_not_found,
 );
 
 /// Summarization on, keeping the last two messages.
@@ -654,5 +656,43 @@ async fn lead_agent_goal_turns_and_compaction(db: Db) {
         reqs[0].body_text
     );
     assert!(!reqs[0].body_text.contains("Rain falls."));
+    app.stop().await;
+}
+
+/// Goal and compact are the thread owner's: to another user the thread does not exist, and
+/// a goal `PUT` on it neither creates nor changes anything.
+async fn another_users_goal_and_compact_are_not_found(db: Db) {
+    let Some(app) = spawn_auth(db).await else {
+        return;
+    };
+    let (_admin, ann, bob) = admin_and_users(&app).await;
+    let r = call(&app, &ann, "POST", "/api/threads", Some(json!({}))).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let tid = r.body["thread_id"].as_str().unwrap().to_string();
+    let goal = format!("/api/threads/{tid}/goal");
+    let r = call(
+        &app,
+        &ann,
+        "PUT",
+        &goal,
+        Some(json!({"objective": "Ann's aim"})),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    for (method, path, body) in [
+        ("GET", goal.clone(), None),
+        ("PUT", goal.clone(), Some(json!({"objective": "Bob's aim"}))),
+        ("DELETE", goal.clone(), None),
+        (
+            "POST",
+            format!("/api/threads/{tid}/compact"),
+            Some(json!({})),
+        ),
+    ] {
+        let r = call(&app, &bob, method, &path, body).await;
+        assert_eq!(r.status, 404, "{method} {path}: {}", r.body);
+    }
+    let r = call(&app, &ann, "GET", &goal, None).await;
+    assert_eq!(r.body["goal"]["objective"], "Ann's aim", "{}", r.body);
     app.stop().await;
 }
