@@ -9,6 +9,7 @@
 //! without `tool_call_chunks` dumps them in `ai` order; Fawn writes chunk order.
 
 use serde::de::Error as _;
+use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
@@ -1035,9 +1036,371 @@ impl Message {
     }
 }
 
-impl Serialize for Message {
+// Direct serialization. `Serialize for Message` writes exactly what serializing `to_map()`
+// would, without building the `Map`: the same keys in the same order, and the same serializer
+// calls a `Value` makes (`null` as unit, a non-negative integer as `u64`, every map and list
+// with its exact length), so the output is the same for any serializer, not only JSON.
+// `to_map` (and the `*_value` helpers) build each object by inserting the known fields and
+// then every `extra` entry with `Map::insert`: an `extra` key equal to a known one replaces
+// that value in place, the others are appended in `extra`'s order. [`Object`] writes that
+// shape.
+
+/// Keys `to_map` writes for each kind, in order.
+const BASE_KEYS: &[&str] = &[
+    "content",
+    "additional_kwargs",
+    "response_metadata",
+    "type",
+    "name",
+    "id",
+];
+const AI_KEYS: &[&str] = &[
+    "content",
+    "additional_kwargs",
+    "response_metadata",
+    "type",
+    "name",
+    "id",
+    "tool_calls",
+    "invalid_tool_calls",
+    "usage_metadata",
+];
+const AI_CHUNK_KEYS: &[&str] = &[
+    "content",
+    "additional_kwargs",
+    "response_metadata",
+    "type",
+    "name",
+    "id",
+    "tool_calls",
+    "invalid_tool_calls",
+    "usage_metadata",
+    "tool_call_chunks",
+    "chunk_position",
+];
+const TOOL_KEYS: &[&str] = &[
+    "content",
+    "additional_kwargs",
+    "response_metadata",
+    "type",
+    "name",
+    "id",
+    "tool_call_id",
+    "artifact",
+    "status",
+];
+const CHAT_KEYS: &[&str] = &[
+    "content",
+    "additional_kwargs",
+    "response_metadata",
+    "type",
+    "name",
+    "id",
+    "role",
+];
+const TOOL_CALL_KEYS: &[&str] = &["name", "args", "id", "type"];
+const INVALID_TOOL_CALL_CHUNK_ORDER_KEYS: &[&str] = &["name", "args", "id", "error", "type"];
+const INVALID_TOOL_CALL_KEYS: &[&str] = &["type", "id", "name", "args", "error"];
+const TOOL_CALL_CHUNK_KEYS: &[&str] = &["name", "args", "id", "index", "type"];
+/// `UsageMetadata`'s derived `Serialize` skips the details that are `None`.
+const USAGE_KEYS: &[&str] = &["input_tokens", "output_tokens", "total_tokens"];
+const USAGE_IN_KEYS: &[&str] = &[
+    "input_tokens",
+    "output_tokens",
+    "total_tokens",
+    "input_token_details",
+];
+const USAGE_OUT_KEYS: &[&str] = &[
+    "input_tokens",
+    "output_tokens",
+    "total_tokens",
+    "output_token_details",
+];
+const USAGE_BOTH_KEYS: &[&str] = &[
+    "input_tokens",
+    "output_tokens",
+    "total_tokens",
+    "input_token_details",
+    "output_token_details",
+];
+
+/// An object of known fields followed by `extra`, written as the `Map` would be that gets the
+/// known fields inserted and then every `extra` entry.
+struct Object<'a, M> {
+    map: M,
+    /// Every key [`Object::field`] is called with, in call order.
+    known: &'static [&'static str],
+    extra: &'a Map<String, Value>,
+    /// Entries announced to `serialize_map` and entries written, checked in debug builds.
+    len: usize,
+    written: usize,
+}
+
+impl<'a, M: SerializeMap> Object<'a, M> {
+    fn begin<S>(
+        s: S,
+        known: &'static [&'static str],
+        extra: &'a Map<String, Value>,
+    ) -> Result<Self, S::Error>
+    where
+        S: Serializer<SerializeMap = M>,
+    {
+        let added = extra
+            .keys()
+            .filter(|k| !known.contains(&k.as_str()))
+            .count();
+        let len = known.len() + added;
+        Ok(Object {
+            map: s.serialize_map(Some(len))?,
+            known,
+            extra,
+            len,
+            written: 0,
+        })
+    }
+
+    /// Writes a known field, or `extra`'s value for the same key if it has one.
+    fn field<T: Serialize + ?Sized>(
+        &mut self,
+        key: &'static str,
+        value: &T,
+    ) -> Result<(), M::Error> {
+        debug_assert!(
+            self.known.get(self.written) == Some(&key),
+            "field `{key}` out of the declared order"
+        );
+        self.written += 1;
+        let replaced = if self.extra.is_empty() {
+            None
+        } else {
+            self.extra.get(key)
+        };
+        match replaced {
+            Some(v) => self.map.serialize_entry(key, v),
+            None => self.map.serialize_entry(key, value),
+        }
+    }
+
+    /// Writes the `extra` entries no known field took, in order, and closes the map.
+    fn end(mut self) -> Result<M::Ok, M::Error> {
+        for (k, v) in self.extra {
+            if !self.known.contains(&k.as_str()) {
+                self.written += 1;
+                self.map.serialize_entry(k, v)?;
+            }
+        }
+        debug_assert_eq!(self.written, self.len, "map length announced wrongly");
+        self.map.end()
+    }
+}
+
+/// An `Option<String>` as `opt_str` makes it: unit (`null`) or a string.
+struct OptStr<'a>(&'a Option<String>);
+
+impl Serialize for OptStr<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.to_map().serialize(s)
+        match self.0 {
+            Some(v) => s.serialize_str(v),
+            None => s.serialize_unit(),
+        }
+    }
+}
+
+/// An integer as `Value::from(i64)` writes it: `u64` when non-negative, else `i64`.
+struct Int(i64);
+
+impl Serialize for Int {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match u64::try_from(self.0) {
+            Ok(u) => s.serialize_u64(u),
+            Err(_) => s.serialize_i64(self.0),
+        }
+    }
+}
+
+/// An `Option<i64>` as `to_map` writes it: unit (`null`) or [`Int`].
+struct OptInt(Option<i64>);
+
+impl Serialize for OptInt {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Some(i) => Int(i).serialize(s),
+            None => s.serialize_unit(),
+        }
+    }
+}
+
+/// `tool_call_value`, written directly.
+struct ToolCallSer<'a>(&'a ToolCall);
+
+impl Serialize for ToolCallSer<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let tc = self.0;
+        let mut o = Object::begin(s, TOOL_CALL_KEYS, &tc.extra)?;
+        o.field("name", tc.name.as_str())?;
+        o.field("args", &tc.args)?;
+        o.field("id", &OptStr(&tc.id))?;
+        o.field("type", "tool_call")?;
+        o.end()
+    }
+}
+
+/// `invalid_tool_call_value`, written directly.
+struct InvalidToolCallSer<'a> {
+    call: &'a InvalidToolCall,
+    chunk_order: bool,
+}
+
+impl Serialize for InvalidToolCallSer<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let tc = self.call;
+        if self.chunk_order {
+            let mut o = Object::begin(s, INVALID_TOOL_CALL_CHUNK_ORDER_KEYS, &tc.extra)?;
+            o.field("name", &OptStr(&tc.name))?;
+            o.field("args", &OptStr(&tc.args))?;
+            o.field("id", &OptStr(&tc.id))?;
+            o.field("error", &OptStr(&tc.error))?;
+            o.field("type", "invalid_tool_call")?;
+            o.end()
+        } else {
+            let mut o = Object::begin(s, INVALID_TOOL_CALL_KEYS, &tc.extra)?;
+            o.field("type", "invalid_tool_call")?;
+            o.field("id", &OptStr(&tc.id))?;
+            o.field("name", &OptStr(&tc.name))?;
+            o.field("args", &OptStr(&tc.args))?;
+            o.field("error", &OptStr(&tc.error))?;
+            o.end()
+        }
+    }
+}
+
+/// `tool_call_chunk_value`, written directly.
+struct ToolCallChunkSer<'a>(&'a ToolCallChunk);
+
+impl Serialize for ToolCallChunkSer<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let tc = self.0;
+        let mut o = Object::begin(s, TOOL_CALL_CHUNK_KEYS, &tc.extra)?;
+        o.field("name", &OptStr(&tc.name))?;
+        o.field("args", &OptStr(&tc.args))?;
+        o.field("id", &OptStr(&tc.id))?;
+        o.field("index", &OptInt(tc.index))?;
+        o.field("type", "tool_call_chunk")?;
+        o.end()
+    }
+}
+
+/// A message's `tool_calls`.
+struct ToolCallsSer<'a>(&'a [ToolCall]);
+
+impl Serialize for ToolCallsSer<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(ToolCallSer))
+    }
+}
+
+/// A message's `invalid_tool_calls`, in `ai` or in chunk key order.
+struct InvalidToolCallsSer<'a> {
+    calls: &'a [InvalidToolCall],
+    chunk_order: bool,
+}
+
+impl Serialize for InvalidToolCallsSer<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.calls.iter().map(|call| InvalidToolCallSer {
+            call,
+            chunk_order: self.chunk_order,
+        }))
+    }
+}
+
+/// A chunk's `tool_call_chunks`.
+struct ToolCallChunksSer<'a>(&'a [ToolCallChunk]);
+
+impl Serialize for ToolCallChunksSer<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(ToolCallChunkSer))
+    }
+}
+
+/// `usage_metadata` as `to_map` writes it: `null`, or `UsageMetadata`'s derived `Serialize`
+/// gone through a `Value` (where a flattened `extra` key equal to a field replaces it in
+/// place, and the token counts are `Value` integers).
+struct UsageSer<'a>(Option<&'a UsageMetadata>);
+
+impl Serialize for UsageSer<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let Some(u) = self.0 else {
+            return s.serialize_unit();
+        };
+        let known = match (&u.input_token_details, &u.output_token_details) {
+            (None, None) => USAGE_KEYS,
+            (Some(_), None) => USAGE_IN_KEYS,
+            (None, Some(_)) => USAGE_OUT_KEYS,
+            (Some(_), Some(_)) => USAGE_BOTH_KEYS,
+        };
+        let mut o = Object::begin(s, known, &u.extra)?;
+        o.field("input_tokens", &Int(u.input_tokens))?;
+        o.field("output_tokens", &Int(u.output_tokens))?;
+        o.field("total_tokens", &Int(u.total_tokens))?;
+        if let Some(d) = &u.input_token_details {
+            o.field("input_token_details", d)?;
+        }
+        if let Some(d) = &u.output_token_details {
+            o.field("output_token_details", d)?;
+        }
+        o.end()
+    }
+}
+
+impl Serialize for Message {
+    /// The same output as serializing [`Message::to_map`], written directly.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let known = match self.kind {
+            MessageKind::Ai => AI_KEYS,
+            MessageKind::AiChunk => AI_CHUNK_KEYS,
+            MessageKind::Tool => TOOL_KEYS,
+            MessageKind::Chat => CHAT_KEYS,
+            _ => BASE_KEYS,
+        };
+        let mut o = Object::begin(s, known, &self.extra)?;
+        o.field("content", &self.content)?;
+        o.field("additional_kwargs", &self.additional_kwargs)?;
+        o.field("response_metadata", &self.response_metadata)?;
+        o.field("type", self.kind.as_str())?;
+        o.field("name", &OptStr(&self.name))?;
+        o.field("id", &OptStr(&self.id))?;
+        match &self.kind {
+            MessageKind::Ai | MessageKind::AiChunk => {
+                let chunk = self.kind == MessageKind::AiChunk;
+                o.field("tool_calls", &ToolCallsSer(&self.tool_calls))?;
+                o.field(
+                    "invalid_tool_calls",
+                    &InvalidToolCallsSer {
+                        calls: &self.invalid_tool_calls,
+                        chunk_order: chunk,
+                    },
+                )?;
+                o.field("usage_metadata", &UsageSer(self.usage_metadata.as_ref()))?;
+                if chunk {
+                    o.field(
+                        "tool_call_chunks",
+                        &ToolCallChunksSer(&self.tool_call_chunks),
+                    )?;
+                    o.field("chunk_position", &OptStr(&self.chunk_position))?;
+                }
+            }
+            MessageKind::Tool => {
+                o.field("tool_call_id", &OptStr(&self.tool_call_id))?;
+                o.field("artifact", &self.artifact)?;
+                o.field("status", self.status.as_deref().unwrap_or("success"))?;
+            }
+            MessageKind::Chat => {
+                o.field("role", &OptStr(&self.role))?;
+            }
+            _ => {}
+        }
+        o.end()
     }
 }
 

@@ -8,6 +8,7 @@ mod chunks;
 mod fixtures;
 mod openai;
 mod reducers;
+mod serialize;
 
 use serde_json::Value;
 
