@@ -380,18 +380,19 @@ impl LeadAgent {
         // Artifact delivery: what the outputs held, and which messages were there, before.
         let paths = self.deps.sandbox_provider.thread_paths(&ctx.thread_id);
         let outputs = paths.outputs.clone();
-        let outputs_before = {
-            let dir = outputs.clone();
-            tokio::task::spawn_blocking(move || delivery::Snapshot::take(&dir))
-                .await
-                .ok()
-        };
-        // Workspace change review: the thread's files before, compared after the loop.
-        let workspace_before = tokio::task::spawn_blocking(move || {
-            workspace_changes::Snapshot::take(&paths.workspace, &paths.outputs)
+        // Workspace change review: the thread's files before, compared after the loop. Both
+        // snapshots are taken in one blocking hop (a hop costs two thread wake-ups).
+        let (outputs_before, workspace_before) = match tokio::task::spawn_blocking(move || {
+            (
+                delivery::Snapshot::take(&paths.outputs),
+                workspace_changes::Snapshot::take(&paths.workspace, &paths.outputs),
+            )
         })
         .await
-        .ok();
+        {
+            Ok((outputs, workspace)) => (Some(outputs), Some(workspace)),
+            Err(_) => (None, None),
+        };
         let ids_before: HashSet<String> = start
             .state
             .messages
@@ -404,12 +405,31 @@ impl LeadAgent {
             .run(begin, fork)
             .await;
         let stop_reason = ctx.stop_reason();
-        if let Some(before) = workspace_before
-            && let Ok(Some(entry)) =
-                tokio::task::spawn_blocking(move || before.journal_entry()).await
-        {
-            observer.journal(entry);
-        }
+        // After the loop, one blocking hop again: the workspace comparison and, when the run
+        // ended cleanly and the delivery check will run, the outputs as they are now.
+        let check_delivery = matches!(&output.end, LoopEnd::Done { interrupts } if interrupts.is_empty())
+            && outputs_before.is_some();
+        let outputs_after = if workspace_before.is_some() || check_delivery {
+            let dir = outputs.clone();
+            match tokio::task::spawn_blocking(move || {
+                (
+                    workspace_before.and_then(|before| before.journal_entry()),
+                    check_delivery.then(|| delivery::Snapshot::take(&dir)),
+                )
+            })
+            .await
+            {
+                Ok((entry, after)) => {
+                    if let Some(entry) = entry {
+                        observer.journal(entry);
+                    }
+                    after
+                }
+                Err(_) => None,
+            }
+        } else {
+            None
+        };
         if !matches!(output.end, LoopEnd::Done { .. })
             && let Some(id) = ctx.sandbox.acquired_id()
         {
@@ -422,11 +442,7 @@ impl LeadAgent {
                     return e;
                 }
                 if interrupts.is_empty()
-                    && let Some(before) = outputs_before
-                    && let Ok(after) = {
-                        let dir = outputs.clone();
-                        tokio::task::spawn_blocking(move || delivery::Snapshot::take(&dir)).await
-                    }
+                    && let (Some(before), Some(after)) = (outputs_before, outputs_after)
                 {
                     let produced = before.produced(&after);
                     let shown = delivery::presented(&output.state, &ids_before, &outputs);

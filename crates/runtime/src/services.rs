@@ -95,11 +95,11 @@ impl ExtensionsFile {
         self.write_lock.lock().await
     }
 
-    async fn stamp(&self) -> Option<Stamp> {
-        match tokio::fs::metadata(&self.path).await {
-            Ok(m) => Some((m.modified().ok(), m.len())),
-            Err(_) => None,
-        }
+    /// The file's modification time and size (`None`: it cannot be read), blocking.
+    fn stamp_of(path: &Path) -> Option<Stamp> {
+        std::fs::metadata(path)
+            .ok()
+            .map(|m| (m.modified().ok(), m.len()))
     }
 
     /// The file's JSON object, `None` when it does not exist.
@@ -201,9 +201,10 @@ impl ExtensionsFile {
         }
     }
 
-    /// `skills.<name>.enabled` from the file (re-read when it changed).
-    pub async fn skill_toggles(&self) -> BTreeMap<String, SkillToggle> {
-        let stamp = self.stamp().await;
+    /// `skills.<name>.enabled` from the file, re-read when its stamp (taken by the caller
+    /// with [`ExtensionsFile::stamp_of`], so it can share a blocking hop with other file
+    /// work) changed.
+    async fn skill_toggles_at(&self, stamp: Option<Stamp>) -> BTreeMap<String, SkillToggle> {
         {
             let g = match self.toggles.lock() {
                 Ok(g) => g,
@@ -353,11 +354,14 @@ impl SkillsCache {
     }
 
     async fn fingerprint(&self) -> Fingerprint {
-        let toggles = self.extensions.skill_toggles().await;
+        // One blocking hop for both: the extensions file's stamp and the skills listing.
         let dir = self.skills_dir.clone();
-        let entries = tokio::task::spawn_blocking(move || listing(&dir))
-            .await
-            .unwrap_or_default();
+        let ext = self.extensions.path().to_path_buf();
+        let (stamp, entries) =
+            tokio::task::spawn_blocking(move || (ExtensionsFile::stamp_of(&ext), listing(&dir)))
+                .await
+                .unwrap_or_default();
+        let toggles = self.extensions.skill_toggles_at(stamp).await;
         Fingerprint {
             entries,
             toggles: toggles.into_iter().map(|(k, v)| (k, v.enabled)).collect(),
