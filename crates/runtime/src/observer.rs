@@ -452,7 +452,8 @@ impl EventSink for Observer {
             }
             StreamEvent::MessageChunk { chunk, metadata } => {
                 if m.messages_tuple {
-                    self.log.publish("messages", to_bytes(&(&chunk, &metadata)));
+                    self.log
+                        .publish("messages", to_bytes(&(&chunk, &*metadata)));
                 }
                 if m.messages {
                     let id = chunk.id.clone().unwrap_or_default();
@@ -469,7 +470,7 @@ impl EventSink for Observer {
                     };
                     if first {
                         let mut meta = Map::new();
-                        meta.insert(id.clone(), json!({"metadata": metadata}));
+                        meta.insert(id.clone(), json!({"metadata": &*metadata}));
                         self.log.publish("messages/metadata", to_bytes(&meta));
                     }
                     self.log.publish("messages/partial", to_bytes(&[&snapshot]));

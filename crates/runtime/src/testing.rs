@@ -390,6 +390,7 @@ impl MiniAgent {
         chunk_meta.insert("ls_provider".into(), json!(model.info().provider));
         chunk_meta.insert("ls_model_name".into(), json!(model.info().model));
         chunk_meta.insert("ls_model_type".into(), json!("chat"));
+        let chunk_meta = std::sync::Arc::new(chunk_meta);
         let request = ChatRequest {
             messages: ctx.state.messages.clone(),
             tools: tool_specs().into(),

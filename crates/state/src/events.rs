@@ -8,6 +8,7 @@ use crate::list::Messages;
 use crate::message::Message;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::sync::Arc;
 
 /// A pending human-in-the-loop question (LangGraph `Interrupt`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -38,13 +39,14 @@ pub enum StreamEvent {
     ModelStart {
         message_id: String,
         messages: Messages,
-        metadata: Map<String, Value>,
+        metadata: Arc<Map<String, Value>>,
     },
     /// A token delta of a streamed AI message (`AIMessageChunk`), with LangGraph's metadata
     /// (`langgraph_node`, `langgraph_step`, `run_id`, …). Every chunk of a message shares its id.
     MessageChunk {
         chunk: Message,
-        metadata: Map<String, Value>,
+        /// Shared by every chunk of the call (cloning it per token was a map copy each).
+        metadata: Arc<Map<String, Value>>,
     },
     /// A whole message produced at once by a node (e.g. a tool result).
     Message {

@@ -54,11 +54,11 @@ impl ModelCall for ModelInvoker {
     async fn call(&self, request: ModelRequest) -> Result<ModelResponse, MiddlewareError> {
         let temperature = request.temperature;
         let (model, chat) = into_chat_request(request);
-        let metadata = if self.stream_tokens {
+        let metadata = Arc::new(if self.stream_tokens {
             self.chunk_metadata(model.as_ref(), temperature)
         } else {
             Map::new()
-        };
+        });
         let id = format!("lc_run--{}", uuid::Uuid::new_v4());
         if self.stream_tokens {
             self.events.emit(StreamEvent::ModelStart {
