@@ -102,7 +102,7 @@ pub(crate) async fn apply_summary(
     thread_id: &str,
     summary: &ThreadSummary,
     now: DateTime<Utc>,
-) -> DbResult<Thread> {
+) -> DbResult<()> {
     let select = dialect.pick(
         "SELECT metadata FROM threads WHERE thread_id = $1",
         "SELECT metadata FROM threads WHERE thread_id = $1 FOR UPDATE",
@@ -114,32 +114,32 @@ pub(crate) async fn apply_summary(
     let mut metadata = row.map("metadata")?;
     merge_shallow(&mut metadata, &summary.metadata);
     let has_next = summary_has_next(summary);
-    let row = tx
-        .opt(
-            Sql::new(concat!(
-                "UPDATE threads SET state_values = COALESCE($2, state_values), ",
-                "state_updated_at = CASE WHEN $2 IS NULL THEN state_updated_at ELSE $3 END, ",
-                "interrupts = $4, has_next = $5, error = $6, metadata = $7, ",
-                "config = COALESCE($8, config), updated_at = $3, ",
-                refresh_expiry!("$3"),
-                ", status = CASE WHEN EXISTS (SELECT 1 FROM runs WHERE runs.thread_id = $1 ",
-                "AND runs.status IN ('pending', 'running')) THEN 'busy' ",
-                "WHEN $6 IS NOT NULL THEN 'error' WHEN $5 THEN 'interrupted' ELSE 'idle' END ",
-                "WHERE thread_id = $1 RETURNING ",
-                thread_cols!()
-            ))
-            .bind(thread_id)
-            .arg(Arg::opt_json(summary.values.as_ref()))
-            .arg(Arg::ts(now))
-            .arg(Arg::json_map(&summary.interrupts))
-            .bind(has_next)
-            .arg(Arg::opt_json(summary.error.as_ref()))
-            .arg(Arg::json_map(&metadata))
-            .arg(summary_config(summary)),
-        )
-        .await?
-        .ok_or_else(|| thread_not_found(thread_id))?;
-    thread_from_row(&row)
+    tx.opt(
+        Sql::new(concat!(
+            "UPDATE threads SET state_values = COALESCE($2, state_values), ",
+            "state_updated_at = CASE WHEN $2 IS NULL THEN state_updated_at ELSE $3 END, ",
+            "interrupts = $4, has_next = $5, error = $6, metadata = $7, ",
+            "config = COALESCE($8, config), updated_at = $3, ",
+            refresh_expiry!("$3"),
+            ", status = CASE WHEN EXISTS (SELECT 1 FROM runs WHERE runs.thread_id = $1 ",
+            "AND runs.status IN ('pending', 'running')) THEN 'busy' ",
+            "WHEN $6 IS NOT NULL THEN 'error' WHEN $5 THEN 'interrupted' ELSE 'idle' END ",
+            // Not the whole row: parsing back the values just written cost more than
+            // the update (a run's end); `set_thread_summary` reads the thread itself.
+            "WHERE thread_id = $1 RETURNING thread_id"
+        ))
+        .bind(thread_id)
+        .arg(Arg::opt_json(summary.values.as_ref()))
+        .arg(Arg::ts(now))
+        .arg(Arg::json_map(&summary.interrupts))
+        .bind(has_next)
+        .arg(Arg::opt_json(summary.error.as_ref()))
+        .arg(Arg::json_map(&metadata))
+        .arg(summary_config(summary)),
+    )
+    .await?
+    .ok_or_else(|| thread_not_found(thread_id))?;
+    Ok(())
 }
 
 fn thread_filter(store: &SqlStore, filter: &ThreadFilter) -> Where {
@@ -384,9 +384,20 @@ impl SqlStore {
         summary: &ThreadSummary,
     ) -> DbResult<Thread> {
         let mut tx = self.db.begin().await?;
-        let thread = apply_summary(&mut tx, self.dialect(), thread_id, summary, ids::now()).await?;
+        apply_summary(&mut tx, self.dialect(), thread_id, summary, ids::now()).await?;
+        let row = tx
+            .opt(
+                Sql::new(concat!(
+                    "SELECT ",
+                    thread_cols!(),
+                    " FROM threads WHERE thread_id = $1"
+                ))
+                .bind(thread_id),
+            )
+            .await?
+            .ok_or_else(|| thread_not_found(thread_id))?;
         tx.commit().await?;
-        Ok(thread)
+        thread_from_row(&row)
     }
 
     async fn expired_threads_once(&self, now: DateTime<Utc>, limit: u64) -> DbResult<Vec<Thread>> {
