@@ -292,7 +292,7 @@ pub(crate) fn build_body(
                 let mut o = json!({"name": t.name, "input_schema": if t.parameters.is_null() {
                     json!({"type": "object", "properties": {}})
                 } else {
-                    t.parameters.clone()
+                    Value::clone(&t.parameters)
                 }});
                 if !t.description.is_empty() {
                     o["description"] = Value::String(t.description.clone());

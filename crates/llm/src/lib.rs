@@ -44,7 +44,9 @@ use std::time::Duration;
 pub struct ToolSpec {
     pub name: String,
     pub description: String,
-    pub parameters: Value,
+    /// Shared with the tool that owns it: specs are built for every run, and a deep copy of
+    /// each schema per run is measurable. Compared by value.
+    pub parameters: Arc<Value>,
 }
 
 /// One model call.

@@ -329,7 +329,7 @@ pub(crate) fn build_body(
                 let parameters = if t.parameters.is_null() {
                     json!({"type": "object", "properties": {}})
                 } else {
-                    t.parameters.clone()
+                    Value::clone(&t.parameters)
                 };
                 json!({"type": "function", "function": {
                     "name": t.name, "description": t.description, "parameters": parameters}})

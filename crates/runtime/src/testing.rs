@@ -61,22 +61,22 @@ fn tool_specs() -> Vec<ToolSpec> {
         ToolSpec {
             name: "get_weather".into(),
             description: "Get the weather of a city.".into(),
-            parameters: json!({"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}),
+            parameters: json!({"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}).into(),
         },
         ToolSpec {
             name: "ask_human".into(),
             description: "Ask the human a question and wait for the answer.".into(),
-            parameters: json!({"type":"object","properties":{"question":{"type":"string"}},"required":["question"]}),
+            parameters: json!({"type":"object","properties":{"question":{"type":"string"}},"required":["question"]}).into(),
         },
         ToolSpec {
             name: "sleep".into(),
             description: "Wait for `ms` milliseconds.".into(),
-            parameters: json!({"type":"object","properties":{"ms":{"type":"integer"}},"required":["ms"]}),
+            parameters: json!({"type":"object","properties":{"ms":{"type":"integer"}},"required":["ms"]}).into(),
         },
         ToolSpec {
             name: "fail".into(),
             description: "Raise an error.".into(),
-            parameters: json!({"type":"object","properties":{"message":{"type":"string"}}}),
+            parameters: json!({"type":"object","properties":{"message":{"type":"string"}}}).into(),
         },
     ]
 }

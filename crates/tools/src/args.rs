@@ -8,24 +8,25 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use std::any::TypeId;
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The JSON Schema of `A` as providers want tool parameters: an inline `object` schema
-/// (no `$schema`, `title` or `$defs`). Generated once per type and process (tool specs are
-/// built for every run).
-pub fn schema_for<A: JsonSchema + 'static>() -> Value {
-    static CACHE: OnceLock<Mutex<HashMap<TypeId, Value>>> = OnceLock::new();
+/// (no `$schema`, `title` or `$defs`). Generated once per type and process, then shared
+/// (tool specs are built for every run); a tool that adjusts it copies it first.
+pub fn schema_for<A: JsonSchema + 'static>() -> Arc<Value> {
+    static CACHE: OnceLock<Mutex<HashMap<TypeId, Arc<Value>>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let id = TypeId::of::<A>();
     if let Some(v) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
         return v.clone();
     }
-    let v = generate_schema::<A>();
+    let v = Arc::new(generate_schema::<A>());
     cache
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .insert(id, v.clone());
-    v
+        .entry(id)
+        .or_insert(v)
+        .clone()
 }
 
 fn generate_schema<A: JsonSchema>() -> Value {
@@ -94,8 +95,8 @@ mod tests {
     #[test]
     fn schema_is_an_inline_object() {
         let s = schema_for::<Args>();
-        // Generated once, then served from the cache unchanged.
-        assert_eq!(schema_for::<Args>(), s);
+        // Generated once, then the same schema is served from the cache.
+        assert!(Arc::ptr_eq(&schema_for::<Args>(), &s));
         assert_eq!(s["type"], "object");
         assert!(s.get("$schema").is_none() && s.get("title").is_none());
         assert!(s.get("definitions").is_none() && s.get("$defs").is_none());

@@ -171,8 +171,10 @@ pub enum ToolError {
 pub trait Tool: Send + Sync {
     fn name(&self) -> &str;
     fn description(&self) -> &str;
-    /// JSON Schema of the arguments object.
-    fn parameters(&self) -> Value;
+    /// JSON Schema of the arguments object, shared: implementations keep it (or take it
+    /// from [`args::schema_for`]) rather than build it per call, since every run asks every
+    /// tool for its [`spec`](Tool::spec).
+    fn parameters(&self) -> Arc<Value>;
     /// DeerFlow `return_direct`.
     fn return_direct(&self) -> bool {
         false
@@ -183,6 +185,7 @@ pub trait Tool: Send + Sync {
         ctx: &ToolContext,
     ) -> Result<ToolOutput, ToolError>;
 
+    /// Two short string copies and the shared schema.
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: self.name().to_string(),
@@ -244,4 +247,41 @@ pub trait SubagentRunner: Send + Sync {
         ctx: &ToolContext,
         progress: tokio::sync::mpsc::UnboundedSender<Message>,
     ) -> SubagentOutcome;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builtins::{
+        AskClarificationTool, PresentFilesTool, TaskTool, ViewImageTool, WriteTodosTool,
+    };
+
+    #[test]
+    fn spec_shares_the_tool_schema() {
+        let mut tools = sandbox_tools::sandbox_tools(&Settings::default());
+        tools.push(Arc::new(PresentFilesTool::new()));
+        tools.push(Arc::new(AskClarificationTool::new()));
+        tools.push(Arc::new(ViewImageTool::new()));
+        tools.push(Arc::new(WriteTodosTool::new()));
+        tools.push(Arc::new(TaskTool::new(&[])));
+        tools.push(Arc::new(TaskTool::new(&[SubagentInfo {
+            name: "general-purpose".into(),
+            description: "anything".into(),
+        }])));
+        for t in &tools {
+            let spec = t.spec();
+            assert_eq!(spec.name, t.name());
+            assert_eq!(spec.description, t.description());
+            assert!(
+                Arc::ptr_eq(&spec.parameters, &t.parameters()),
+                "{}: the spec copied the schema",
+                t.name()
+            );
+            assert!(
+                Arc::ptr_eq(&t.spec().parameters, &spec.parameters),
+                "{}: a second spec got another schema",
+                t.name()
+            );
+        }
+    }
 }

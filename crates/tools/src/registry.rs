@@ -354,7 +354,7 @@ impl Tool for Renamed {
     fn description(&self) -> &str {
         self.inner.description()
     }
-    fn parameters(&self) -> Value {
+    fn parameters(&self) -> Arc<Value> {
         self.inner.parameters()
     }
     fn return_direct(&self) -> bool {

@@ -288,8 +288,10 @@ impl Tool for Echo {
     fn description(&self) -> &str {
         "Echoes its text."
     }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {"text": {"type": "string"}, "delay_ms": {"type": "integer"}}})
+    fn parameters(&self) -> Arc<Value> {
+        Arc::new(
+            json!({"type": "object", "properties": {"text": {"type": "string"}, "delay_ms": {"type": "integer"}}}),
+        )
     }
     async fn call(
         &self,
@@ -318,8 +320,8 @@ impl Tool for Broken {
     fn description(&self) -> &str {
         "Fails."
     }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {}})
+    fn parameters(&self) -> Arc<Value> {
+        Arc::new(json!({"type": "object", "properties": {}}))
     }
     async fn call(&self, _: Map<String, Value>, _: &ToolContext) -> Result<ToolOutput, ToolError> {
         Err(ToolError::Failed("disk on fire".into()))
@@ -337,8 +339,8 @@ impl Tool for Present {
     fn description(&self) -> &str {
         "Presents files."
     }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {"filepaths": {"type": "array"}}})
+    fn parameters(&self) -> Arc<Value> {
+        Arc::new(json!({"type": "object", "properties": {"filepaths": {"type": "array"}}}))
     }
     async fn call(
         &self,
@@ -369,8 +371,8 @@ impl Tool for AskClarification {
     fn description(&self) -> &str {
         "Asks the user."
     }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {"question": {"type": "string"}}})
+    fn parameters(&self) -> Arc<Value> {
+        Arc::new(json!({"type": "object", "properties": {"question": {"type": "string"}}}))
     }
     fn return_direct(&self) -> bool {
         true

@@ -23,8 +23,10 @@ impl Tool for Rendezvous {
     fn description(&self) -> &str {
         "Waits for the other calls."
     }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {"who": {"type": "string"}, "linger_ms": {"type": "integer"}}})
+    fn parameters(&self) -> Arc<Value> {
+        Arc::new(
+            json!({"type": "object", "properties": {"who": {"type": "string"}, "linger_ms": {"type": "integer"}}}),
+        )
     }
     async fn call(
         &self,
@@ -189,8 +191,8 @@ async fn return_direct_tools_end_the_run() {
         fn description(&self) -> &str {
             "Answers directly."
         }
-        fn parameters(&self) -> Value {
-            json!({"type": "object", "properties": {}})
+        fn parameters(&self) -> Arc<Value> {
+            Arc::new(json!({"type": "object", "properties": {}}))
         }
         fn return_direct(&self) -> bool {
             true
@@ -226,8 +228,8 @@ async fn a_panicking_tool_becomes_an_error_answer() {
         fn description(&self) -> &str {
             "Panics."
         }
-        fn parameters(&self) -> Value {
-            json!({"type": "object", "properties": {}})
+        fn parameters(&self) -> Arc<Value> {
+            Arc::new(json!({"type": "object", "properties": {}}))
         }
         async fn call(
             &self,

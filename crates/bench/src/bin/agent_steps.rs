@@ -101,8 +101,8 @@ impl Tool for Echo {
     fn description(&self) -> &str {
         "Echoes its text."
     }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {"text": {"type": "string"}}})
+    fn parameters(&self) -> Arc<Value> {
+        Arc::new(json!({"type": "object", "properties": {"text": {"type": "string"}}}))
     }
     async fn call(
         &self,

@@ -142,7 +142,7 @@ impl<'a> WireTool<'a> {
         let parameters = if t.parameters.is_null() {
             Cow::Owned(json!({"type": "object", "properties": {}}))
         } else {
-            Cow::Borrowed(&t.parameters)
+            Cow::Borrowed(&*t.parameters)
         };
         WireTool {
             kind: "function",
@@ -991,7 +991,7 @@ mod tests {
                 let parameters = if t.parameters.is_null() {
                     Cow::Owned(json!({"type": "object", "properties": {}}))
                 } else {
-                    Cow::Borrowed(&t.parameters)
+                    Cow::Borrowed(&*t.parameters)
                 };
                 seq.serialize_element(&WireTool {
                     kind: "function",
@@ -1043,7 +1043,7 @@ mod tests {
         ToolSpec {
             name: name.into(),
             description: description.into(),
-            parameters,
+            parameters: Arc::new(parameters),
         }
     }
 

@@ -65,7 +65,7 @@ async fn thinking_and_tool_use_round_trip_with_signature() {
         tools: vec![ToolSpec {
             name: "lookup".into(),
             description: "Look up a key".into(),
-            parameters: json!({"type": "object", "properties": {"key": {"type": "string"}}}),
+            parameters: json!({"type": "object", "properties": {"key": {"type": "string"}}}).into(),
         }]
         .into(),
         tool_choice: Some(json!("auto")),
@@ -171,7 +171,7 @@ async fn non_streaming_messages() {
     req.tools = vec![ToolSpec {
         name: "f".into(),
         description: String::new(),
-        parameters: json!({"type": "object"}),
+        parameters: json!({"type": "object"}).into(),
     }]
     .into();
     let (chunks, err) = drain(&m.model, req).await;

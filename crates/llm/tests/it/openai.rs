@@ -70,12 +70,13 @@ async fn streams_parallel_tool_calls() {
         ToolSpec {
             name: "get_weather".into(),
             description: "Weather for a city".into(),
-            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}})
+                .into(),
         },
         ToolSpec {
             name: "get_time".into(),
             description: String::new(),
-            parameters: serde_json::Value::Null,
+            parameters: serde_json::Value::Null.into(),
         },
     ]
     .into();

@@ -112,7 +112,8 @@ pub fn lookup_tool() -> fawn_llm::ToolSpec {
         name: "lookup".into(),
         description: "Look up a key".into(),
         parameters: json!({"type": "object", "properties": {"key": {"type": "string"}},
-                           "required": ["key"], "additionalProperties": false}),
+                           "required": ["key"], "additionalProperties": false})
+        .into(),
     }
 }
 

@@ -563,8 +563,8 @@ impl Tool for Fake {
     fn description(&self) -> &str {
         "A test tool."
     }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {}})
+    fn parameters(&self) -> Arc<Value> {
+        Arc::new(json!({"type": "object", "properties": {}}))
     }
     async fn call(
         &self,

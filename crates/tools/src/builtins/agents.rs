@@ -24,6 +24,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The file holding an agent's settings.
@@ -242,7 +243,7 @@ impl Tool for SetupAgentTool {
         SETUP_DESCRIPTION
     }
 
-    fn parameters(&self) -> Value {
+    fn parameters(&self) -> Arc<Value> {
         schema_for::<SetupAgentArgs>()
     }
 
@@ -479,7 +480,7 @@ impl Tool for UpdateAgentTool {
         UPDATE_DESCRIPTION
     }
 
-    fn parameters(&self) -> Value {
+    fn parameters(&self) -> Arc<Value> {
         schema_for::<UpdateAgentArgs>()
     }
 

@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value};
+use std::sync::Arc;
 
 /// What the tool body returns when no middleware handled the call.
 pub const CLARIFICATION_PLACEHOLDER: &str =
@@ -125,7 +126,7 @@ impl Tool for AskClarificationTool {
         DESCRIPTION
     }
 
-    fn parameters(&self) -> Value {
+    fn parameters(&self) -> Arc<Value> {
         schema_for::<AskClarificationArgs>()
     }
 

@@ -10,6 +10,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 /// The ToolMessage text of a successful call.
 pub const PRESENT_FILES_SUCCESS: &str = "Successfully presented files";
@@ -110,7 +111,7 @@ impl Tool for PresentFilesTool {
         DESCRIPTION
     }
 
-    fn parameters(&self) -> Value {
+    fn parameters(&self) -> Arc<Value> {
         schema_for::<PresentFilesArgs>()
     }
 

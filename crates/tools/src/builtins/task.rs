@@ -27,6 +27,7 @@ use fawn_state::{Message, StreamEvent, UsageMetadata};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Longest `subagent_result_brief` / `subagent_error` (characters).
@@ -60,7 +61,7 @@ struct TaskArgs {
 /// `task(description, prompt, subagent_type)`.
 pub struct TaskTool {
     description: String,
-    parameters: Value,
+    parameters: Arc<Value>,
 }
 
 impl std::fmt::Debug for TaskTool {
@@ -74,7 +75,7 @@ impl TaskTool {
     pub fn new(available: &[SubagentInfo]) -> Self {
         let mut parameters = schema_for::<TaskArgsSchema>();
         if !available.is_empty()
-            && let Some(p) = parameters
+            && let Some(p) = Arc::make_mut(&mut parameters)
                 .get_mut("properties")
                 .and_then(|p| p.get_mut("subagent_type"))
                 .and_then(Value::as_object_mut)
@@ -314,7 +315,7 @@ impl Tool for TaskTool {
         &self.description
     }
 
-    fn parameters(&self) -> Value {
+    fn parameters(&self) -> Arc<Value> {
         self.parameters.clone()
     }
 

@@ -10,6 +10,7 @@ use fawn_state::{StateUpdate, Todo};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::sync::Arc;
 
 const DESCRIPTION: &str = "\
 Create or update your todo list for the current task. Each call replaces the whole list, so \
@@ -89,7 +90,7 @@ impl Tool for WriteTodosTool {
         DESCRIPTION
     }
 
-    fn parameters(&self) -> Value {
+    fn parameters(&self) -> Arc<Value> {
         schema_for::<WriteTodosArgs>()
     }
 

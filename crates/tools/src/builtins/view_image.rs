@@ -25,6 +25,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
+use std::sync::Arc;
 
 /// Largest image accepted (20 MiB, as DeerFlow).
 pub const MAX_IMAGE_BYTES: u64 = 20 * 1024 * 1024;
@@ -104,7 +105,7 @@ impl Tool for ViewImageTool {
         DESCRIPTION
     }
 
-    fn parameters(&self) -> Value {
+    fn parameters(&self) -> Arc<Value> {
         schema_for::<ViewImageArgs>()
     }
 

@@ -545,7 +545,7 @@ fn wrap_tools(
                 remote,
                 server: server.to_string(),
                 description,
-                parameters: parameters_of(&t.input_schema),
+                parameters: Arc::new(parameters_of(&t.input_schema)),
                 session: session.clone(),
                 call_timeout,
             }) as Arc<dyn Tool>

@@ -23,7 +23,8 @@ pub(crate) struct McpTool {
     pub remote: String,
     pub server: String,
     pub description: String,
-    pub parameters: Value,
+    /// Built once per tool, then shared by its specs.
+    pub parameters: Arc<Value>,
     pub session: Arc<Session>,
     pub call_timeout: Duration,
 }
@@ -70,7 +71,7 @@ impl Tool for McpTool {
         &self.description
     }
 
-    fn parameters(&self) -> Value {
+    fn parameters(&self) -> Arc<Value> {
         self.parameters.clone()
     }
 

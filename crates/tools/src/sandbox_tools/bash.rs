@@ -10,6 +10,7 @@ use fawn_sandbox::output::render_bash_output;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value};
+use std::sync::Arc;
 
 #[derive(Deserialize, JsonSchema)]
 struct BashArgs {
@@ -23,7 +24,7 @@ struct BashArgs {
 
 /// DeerFlow's `bash`, run by the sandbox (bubblewrap by default).
 pub struct BashTool {
-    parameters: Value,
+    parameters: Arc<Value>,
     description: String,
 }
 
@@ -63,7 +64,7 @@ impl Tool for BashTool {
         &self.description
     }
 
-    fn parameters(&self) -> Value {
+    fn parameters(&self) -> Arc<Value> {
         self.parameters.clone()
     }
 

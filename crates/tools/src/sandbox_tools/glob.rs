@@ -8,6 +8,7 @@ use fawn_sandbox::SandboxError;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value};
+use std::sync::Arc;
 
 /// DeerFlow's default `max_results` for glob.
 pub const GLOB_DEFAULT_MAX_RESULTS: usize = 200;
@@ -38,7 +39,7 @@ struct GlobArgs {
 
 /// DeerFlow's `glob`.
 pub struct GlobTool {
-    parameters: Value,
+    parameters: Arc<Value>,
     configured_max: Option<i64>,
 }
 
@@ -81,7 +82,7 @@ impl Tool for GlobTool {
          a glob pattern, such as `*.md` for Markdown files at any depth or `src/**/*.rs`."
     }
 
-    fn parameters(&self) -> Value {
+    fn parameters(&self) -> Arc<Value> {
         self.parameters.clone()
     }
 

@@ -8,6 +8,7 @@ use fawn_sandbox::{GrepMatch, GrepOptions, SandboxError};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value};
+use std::sync::Arc;
 
 /// DeerFlow's default `max_results` for grep.
 pub const GREP_DEFAULT_MAX_RESULTS: usize = 100;
@@ -45,7 +46,7 @@ struct GrepArgs {
 
 /// DeerFlow's `grep`.
 pub struct GrepTool {
-    parameters: Value,
+    parameters: Arc<Value>,
     configured_max: Option<i64>,
 }
 
@@ -89,7 +90,7 @@ impl Tool for GrepTool {
          shown as `path:line: text`. Binary files and files over 1 MB are skipped."
     }
 
-    fn parameters(&self) -> Value {
+    fn parameters(&self) -> Arc<Value> {
         self.parameters.clone()
     }
 

@@ -9,6 +9,7 @@ use fawn_sandbox::output::truncate_ls;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value};
+use std::sync::Arc;
 
 #[derive(Deserialize, JsonSchema)]
 struct LsArgs {
@@ -22,7 +23,7 @@ struct LsArgs {
 
 /// DeerFlow's `ls`.
 pub struct LsTool {
-    parameters: Value,
+    parameters: Arc<Value>,
 }
 
 impl LsTool {
@@ -51,7 +52,7 @@ impl Tool for LsTool {
          node_modules or .git are left out."
     }
 
-    fn parameters(&self) -> Value {
+    fn parameters(&self) -> Arc<Value> {
         self.parameters.clone()
     }
 

@@ -84,9 +84,10 @@ pub fn sandbox_tool(
 }
 
 /// The parameters schema of `A`, with the leading `description` argument listed as
-/// required (the model must give it; parsing still tolerates its absence).
-pub(crate) fn schema<A: schemars::JsonSchema + 'static>() -> Value {
-    let mut v = crate::args::schema_for::<A>();
+/// required (the model must give it; parsing still tolerates its absence). Built when the
+/// tool is, then shared by its specs.
+pub(crate) fn schema<A: schemars::JsonSchema + 'static>() -> Arc<Value> {
+    let mut v = Value::clone(&crate::args::schema_for::<A>());
     if let Some(desc) = v
         .pointer_mut("/properties/description")
         .and_then(Value::as_object_mut)
@@ -103,7 +104,7 @@ pub(crate) fn schema<A: schemars::JsonSchema + 'static>() -> Value {
             arr.insert(0, Value::String("description".into()));
         }
     }
-    v
+    Arc::new(v)
 }
 
 /// `Error: …` as an error ToolMessage.

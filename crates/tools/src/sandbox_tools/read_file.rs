@@ -9,6 +9,7 @@ use fawn_sandbox::output::truncate_read_file;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value};
+use std::sync::Arc;
 
 #[derive(Deserialize, JsonSchema)]
 struct ReadFileArgs {
@@ -30,7 +31,7 @@ struct ReadFileArgs {
 
 /// DeerFlow's `read_file`.
 pub struct ReadFileTool {
-    parameters: Value,
+    parameters: Arc<Value>,
 }
 
 impl ReadFileTool {
@@ -90,7 +91,7 @@ impl Tool for ReadFileTool {
          bash with a suitable program for those."
     }
 
-    fn parameters(&self) -> Value {
+    fn parameters(&self) -> Arc<Value> {
         self.parameters.clone()
     }
 

@@ -9,6 +9,7 @@ use fawn_sandbox::SandboxError;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value};
+use std::sync::Arc;
 
 #[derive(Deserialize, JsonSchema)]
 struct StrReplaceArgs {
@@ -30,7 +31,7 @@ struct StrReplaceArgs {
 
 /// DeerFlow's `str_replace`.
 pub struct StrReplaceTool {
-    parameters: Value,
+    parameters: Arc<Value>,
 }
 
 impl StrReplaceTool {
@@ -59,7 +60,7 @@ impl Tool for StrReplaceTool {
          replace_all is set."
     }
 
-    fn parameters(&self) -> Value {
+    fn parameters(&self) -> Arc<Value> {
         self.parameters.clone()
     }
 

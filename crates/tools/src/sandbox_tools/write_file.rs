@@ -10,6 +10,7 @@ use fawn_sandbox::output::truncate_error_detail;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value};
+use std::sync::Arc;
 
 /// DeerFlow bounds write_file error texts to this many characters.
 const ERROR_MAX_CHARS: usize = 2000;
@@ -32,7 +33,7 @@ struct WriteFileArgs {
 
 /// DeerFlow's `write_file`.
 pub struct WriteFileTool {
-    parameters: Value,
+    parameters: Arc<Value>,
     description: String,
 }
 
@@ -102,7 +103,7 @@ impl Tool for WriteFileTool {
         &self.description
     }
 
-    fn parameters(&self) -> Value {
+    fn parameters(&self) -> Arc<Value> {
         self.parameters.clone()
     }
 

@@ -390,7 +390,7 @@ impl Tool for WebFetchTool {
         DESCRIPTION
     }
 
-    fn parameters(&self) -> Value {
+    fn parameters(&self) -> Arc<Value> {
         schema_for::<WebFetchArgs>()
     }
 

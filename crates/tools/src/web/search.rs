@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
+use std::sync::Arc;
 use std::time::Duration;
 use url::Url;
 
@@ -358,7 +359,7 @@ impl Tool for WebSearchTool {
         DESCRIPTION
     }
 
-    fn parameters(&self) -> Value {
+    fn parameters(&self) -> Arc<Value> {
         schema_for::<WebSearchArgs>()
     }
 

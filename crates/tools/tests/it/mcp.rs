@@ -603,6 +603,8 @@ async fn stdio_server_lists_and_calls_tools() {
     let echo = find(&tools, "local_echo");
     assert_eq!(echo.description(), "Echo the text back.");
     let params = echo.parameters();
+    // Built once when the tool is listed; every spec shares it.
+    assert!(Arc::ptr_eq(&echo.spec().parameters, &params));
     assert_eq!(params["type"], "object");
     assert_eq!(params["properties"]["text"]["type"], "string");
     assert_eq!(params["required"], json!(["text"]));

@@ -32,8 +32,8 @@ impl Tool for Named {
     fn description(&self) -> &str {
         "stand-in"
     }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {}})
+    fn parameters(&self) -> Arc<Value> {
+        Arc::new(json!({"type": "object", "properties": {}}))
     }
     async fn call(&self, _: Map<String, Value>, _: &ToolContext) -> Result<ToolOutput, ToolError> {
         Ok(ToolOutput::text(self.0))
