@@ -415,6 +415,65 @@ pub trait Persistence:
         let _ = run_ids;
         Ok(())
     }
+    /// Records the end of a run this worker owns ([`RunStore::finish_run`]) together with
+    /// its journal rows ([`JournalStore::append_run_events_seeded`]), the journal first, so
+    /// that whoever sees the run finished finds them. The two results are those of the two
+    /// calls made in turn: rows that cannot be written do not keep the run from finishing,
+    /// and a run that can no longer be finished (another worker took it) still gets its
+    /// rows. SQLite writes both in one transaction (one commit instead of two) and falls
+    /// back to the two calls when that fails; Postgres makes the two calls.
+    async fn finish_run_with_journal(
+        &self,
+        run_id: &str,
+        worker_id: &str,
+        outcome: RunFinish,
+        journal: Option<JournalAppend<'_>>,
+    ) -> FinishedWithJournal {
+        journal_then_finish(self, run_id, worker_id, outcome, journal).await
+    }
+}
+
+/// A run's journal rows, written with its end by [`Persistence::finish_run_with_journal`]:
+/// the arguments of [`JournalStore::append_run_events_seeded`].
+pub struct JournalAppend<'a> {
+    pub thread_id: &'a str,
+    pub run_id: &'a str,
+    pub events: Vec<NewRunEvent>,
+    /// The history of a thread from before the journal, used only when it has no rows yet.
+    pub seed: Option<&'a (dyn Fn() -> Vec<(String, NewRunEvent)> + Send + Sync)>,
+}
+
+/// What [`Persistence::finish_run_with_journal`] did, part by part.
+#[derive(Debug)]
+pub struct FinishedWithJournal {
+    /// As [`RunStore::finish_run`] answers.
+    pub run: Result<Run>,
+    /// As [`JournalStore::append_run_events_seeded`] answers (no rows without a journal).
+    pub journal: Result<Vec<RunEvent>>,
+}
+
+/// [`Persistence::finish_run_with_journal`] as two calls: the journal append, then the
+/// finish (whatever became of the append).
+pub(crate) async fn journal_then_finish<S>(
+    store: &S,
+    run_id: &str,
+    worker_id: &str,
+    outcome: RunFinish,
+    journal: Option<JournalAppend<'_>>,
+) -> FinishedWithJournal
+where
+    S: RunStore + JournalStore + ?Sized,
+{
+    let journal = match journal {
+        Some(j) => {
+            store
+                .append_run_events_seeded(j.thread_id, j.run_id, j.events, j.seed)
+                .await
+        }
+        None => Ok(Vec::new()),
+    };
+    let run = store.finish_run(run_id, worker_id, outcome).await;
+    FinishedWithJournal { run, journal }
 }
 
 /// A signal from another process sharing the store.

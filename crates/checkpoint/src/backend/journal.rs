@@ -1,6 +1,6 @@
 //! [`JournalStore`]: the run-event journal and run feedback.
 
-use super::db::{Arg, Binds, DbErr, DbResult, Row, Sql, retry};
+use super::db::{Arg, Binds, DbErr, DbResult, Dialect, Row, Sql, Tx, retry};
 use super::{SqlStore, lock_thread, thread_not_found};
 use crate::ids::{self, new_uuid7};
 use crate::journal::*;
@@ -83,6 +83,168 @@ fn window(b: &mut Binds, q: &EventQuery) -> (String, String, bool) {
     (conds, tail, descending)
 }
 
+/// The one-statement append: the run's rows after the thread's last `seq`, `RETURNING` the
+/// seqs they took. It inserts nothing when the journal is empty and `may_start` is false
+/// (the caller seeds it), or when the thread is gone. At most [`INSERT_CHUNK`] rows.
+fn fast_insert(thread_id: &str, run_id: &str, events: &[NewRunEvent], may_start: bool) -> Sql {
+    let mut b = Binds::new();
+    let thread = b.push(thread_id);
+    let run = b.push(run_id);
+    let values: Vec<String> = events
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            format!(
+                "({}, {}, {}, {}, {}, {})",
+                i + 1,
+                b.push(e.event_type.as_str()),
+                b.push(e.category.as_str()),
+                b.push(Arg::json(&e.content)),
+                b.push(Arg::json_map(&e.metadata)),
+                b.push(Arg::ts(e.created_at)),
+            )
+        })
+        .collect();
+    // Without a seed an empty journal starts at 1 here too (the thread must exist).
+    let (last, cond) = if may_start {
+        (
+            "COALESCE(MAX(seq), 0)",
+            format!("EXISTS (SELECT 1 FROM threads WHERE thread_id = {thread})"),
+        )
+    } else {
+        ("MAX(seq)", "last.seq IS NOT NULL".to_string())
+    };
+    let sql = format!(
+        "WITH last AS (SELECT {last} AS seq FROM run_events WHERE thread_id = {thread}) \
+         INSERT INTO run_events ({cols}) \
+         SELECT {thread}, last.seq + v.column1, {run}, v.column2, v.column3, v.column4, \
+         v.column5, v.column6 FROM last, (VALUES {values}) AS v \
+         WHERE {cond} RETURNING seq",
+        cols = event_cols!(),
+        values = values.join(", "),
+    );
+    Sql::dynamic(sql, b.args)
+}
+
+/// A row as stored (timestamps at the database's microsecond precision).
+fn stored_event(thread_id: &str, run_id: &str, seq: i64, e: &NewRunEvent) -> RunEvent {
+    RunEvent {
+        thread_id: thread_id.to_string(),
+        run_id: run_id.to_string(),
+        seq,
+        event_type: e.event_type.clone(),
+        category: e.category.clone(),
+        content: e.content.clone(),
+        metadata: e.metadata.clone(),
+        created_at: ids::from_micros(ids::to_micros(e.created_at)),
+    }
+}
+
+/// The rows a [`fast_insert`] stored, from the seqs it returned (in no particular order).
+fn fast_stored(
+    thread_id: &str,
+    run_id: &str,
+    events: &[NewRunEvent],
+    rows: &[Row],
+) -> DbResult<Vec<RunEvent>> {
+    let mut seqs = rows
+        .iter()
+        .map(|r| r.int("seq"))
+        .collect::<DbResult<Vec<_>>>()?;
+    seqs.sort_unstable();
+    Ok(seqs
+        .into_iter()
+        .zip(events)
+        .map(|(seq, e)| stored_event(thread_id, run_id, seq, e))
+        .collect())
+}
+
+/// The general append inside `tx`: locks the thread, reads its last `seq` and inserts
+/// after it, seeding an empty journal first.
+async fn append_locked_in(
+    tx: &mut Tx,
+    dialect: Dialect,
+    thread_id: &str,
+    run_id: &str,
+    events: &[NewRunEvent],
+    seed: Option<&(dyn Fn() -> Vec<(String, NewRunEvent)> + Send + Sync)>,
+) -> DbResult<Vec<RunEvent>> {
+    if !lock_thread(tx, dialect, thread_id).await? {
+        return Err(thread_not_found(thread_id));
+    }
+    let last = tx
+        .opt(
+            Sql::new("SELECT COALESCE(MAX(seq), 0) AS last FROM run_events WHERE thread_id = $1")
+                .bind(thread_id),
+        )
+        .await?
+        .map(|r| r.int("last"))
+        .transpose()?
+        .unwrap_or(0);
+    let seeded = match seed {
+        Some(seed) if last == 0 => seed(),
+        _ => Vec::new(),
+    };
+    let rows: Vec<(&str, &NewRunEvent)> = seeded
+        .iter()
+        .map(|(r, e)| (r.as_str(), e))
+        .chain(events.iter().map(|e| (run_id, e)))
+        .collect();
+    let mut stored = Vec::with_capacity(rows.len());
+    let mut seq = last;
+    for chunk in rows.chunks(INSERT_CHUNK) {
+        let mut b = Binds::new();
+        let mut values = Vec::with_capacity(chunk.len());
+        for (run_id, e) in chunk {
+            seq += 1;
+            values.push(format!(
+                "({}, {}, {}, {}, {}, {}, {}, {})",
+                b.push(thread_id),
+                b.push(seq),
+                b.push(*run_id),
+                b.push(e.event_type.as_str()),
+                b.push(e.category.as_str()),
+                b.push(Arg::json(&e.content)),
+                b.push(Arg::json_map(&e.metadata)),
+                b.push(Arg::ts(e.created_at)),
+            ));
+            stored.push(stored_event(thread_id, run_id, seq, e));
+        }
+        tx.exec(Sql::dynamic(
+            format!(
+                concat!("INSERT INTO run_events (", event_cols!(), ") VALUES {}"),
+                values.join(", ")
+            ),
+            b.args,
+        ))
+        .await?;
+    }
+    Ok(stored)
+}
+
+/// [`JournalStore::append_run_events_seeded`] inside a SQLite write transaction (the run's
+/// end, see `finish_with_journal` in the run store). The transaction holds the only
+/// writer, so no other append can take the seqs it reads: the one-statement insert needs
+/// one try, and the general one runs when it inserted nothing (an empty journal to seed,
+/// a missing thread, too many rows). SQLite only: on Postgres concurrent appends race.
+pub(super) async fn append_in_sqlite_tx(
+    tx: &mut Tx,
+    thread_id: &str,
+    run_id: &str,
+    events: &[NewRunEvent],
+    seed: Option<&(dyn Fn() -> Vec<(String, NewRunEvent)> + Send + Sync)>,
+) -> DbResult<Vec<RunEvent>> {
+    if events.len() <= INSERT_CHUNK {
+        let rows = tx
+            .all(fast_insert(thread_id, run_id, events, seed.is_none()))
+            .await?;
+        if !rows.is_empty() {
+            return fast_stored(thread_id, run_id, events, &rows);
+        }
+    }
+    append_locked_in(tx, Dialect::Sqlite, thread_id, run_id, events, seed).await
+}
+
 impl SqlStore {
     /// The common case in one statement (one round trip): a thread that has journal rows
     /// gets the run's rows after its last `seq`. `None` when the journal is empty (or the
@@ -99,66 +261,13 @@ impl SqlStore {
             return Ok(None);
         }
         for _ in 0..FAST_ATTEMPTS {
-            let mut b = Binds::new();
-            let thread = b.push(thread_id);
-            let run = b.push(run_id);
-            let values: Vec<String> = events
-                .iter()
-                .enumerate()
-                .map(|(i, e)| {
-                    format!(
-                        "({}, {}, {}, {}, {}, {})",
-                        i + 1,
-                        b.push(e.event_type.as_str()),
-                        b.push(e.category.as_str()),
-                        b.push(Arg::json(&e.content)),
-                        b.push(Arg::json_map(&e.metadata)),
-                        b.push(Arg::ts(e.created_at)),
-                    )
-                })
-                .collect();
-            // Without a seed an empty journal starts at 1 here too (the thread must exist).
-            let (last, cond) = if may_start {
-                (
-                    "COALESCE(MAX(seq), 0)",
-                    format!("EXISTS (SELECT 1 FROM threads WHERE thread_id = {thread})"),
-                )
-            } else {
-                ("MAX(seq)", "last.seq IS NOT NULL".to_string())
-            };
-            let sql = format!(
-                "WITH last AS (SELECT {last} AS seq FROM run_events WHERE thread_id = {thread}) \
-                 INSERT INTO run_events ({cols}) \
-                 SELECT {thread}, last.seq + v.column1, {run}, v.column2, v.column3, v.column4, \
-                 v.column5, v.column6 FROM last, (VALUES {values}) AS v \
-                 WHERE {cond} RETURNING seq",
-                cols = event_cols!(),
-                values = values.join(", "),
-            );
-            match self.db.write_all(Sql::dynamic(sql, b.args)).await {
+            match self
+                .db
+                .write_all(fast_insert(thread_id, run_id, events, may_start))
+                .await
+            {
                 Ok(rows) if rows.is_empty() => return Ok(None),
-                Ok(rows) => {
-                    let mut seqs = rows
-                        .iter()
-                        .map(|r| r.int("seq"))
-                        .collect::<DbResult<Vec<_>>>()?;
-                    seqs.sort_unstable();
-                    let stored = seqs
-                        .into_iter()
-                        .zip(events)
-                        .map(|(seq, e)| RunEvent {
-                            thread_id: thread_id.to_string(),
-                            run_id: run_id.to_string(),
-                            seq,
-                            event_type: e.event_type.clone(),
-                            category: e.category.clone(),
-                            content: e.content.clone(),
-                            metadata: e.metadata.clone(),
-                            created_at: ids::from_micros(ids::to_micros(e.created_at)),
-                        })
-                        .collect();
-                    return Ok(Some(stored));
-                }
+                Ok(rows) => return fast_stored(thread_id, run_id, events, &rows).map(Some),
                 // Another run of the thread took these seqs first: read the last one again.
                 Err(e) if e.is_unique_violation() => continue,
                 Err(e) => return Err(e),
@@ -200,67 +309,8 @@ impl SqlStore {
         seed: Option<&(dyn Fn() -> Vec<(String, NewRunEvent)> + Send + Sync)>,
     ) -> DbResult<Vec<RunEvent>> {
         let mut tx = self.db.begin().await?;
-        if !lock_thread(&mut tx, self.dialect(), thread_id).await? {
-            return Err(thread_not_found(thread_id));
-        }
-        let last = tx
-            .opt(
-                Sql::new(
-                    "SELECT COALESCE(MAX(seq), 0) AS last FROM run_events WHERE thread_id = $1",
-                )
-                .bind(thread_id),
-            )
-            .await?
-            .map(|r| r.int("last"))
-            .transpose()?
-            .unwrap_or(0);
-        let seeded = match seed {
-            Some(seed) if last == 0 => seed(),
-            _ => Vec::new(),
-        };
-        let rows: Vec<(&str, &NewRunEvent)> = seeded
-            .iter()
-            .map(|(r, e)| (r.as_str(), e))
-            .chain(events.iter().map(|e| (run_id, e)))
-            .collect();
-        let mut stored = Vec::with_capacity(rows.len());
-        let mut seq = last;
-        for chunk in rows.chunks(INSERT_CHUNK) {
-            let mut b = Binds::new();
-            let mut values = Vec::with_capacity(chunk.len());
-            for (run_id, e) in chunk {
-                seq += 1;
-                values.push(format!(
-                    "({}, {}, {}, {}, {}, {}, {}, {})",
-                    b.push(thread_id),
-                    b.push(seq),
-                    b.push(*run_id),
-                    b.push(e.event_type.as_str()),
-                    b.push(e.category.as_str()),
-                    b.push(Arg::json(&e.content)),
-                    b.push(Arg::json_map(&e.metadata)),
-                    b.push(Arg::ts(e.created_at)),
-                ));
-                stored.push(RunEvent {
-                    thread_id: thread_id.to_string(),
-                    run_id: run_id.to_string(),
-                    seq,
-                    event_type: e.event_type.clone(),
-                    category: e.category.clone(),
-                    content: e.content.clone(),
-                    metadata: e.metadata.clone(),
-                    created_at: ids::from_micros(ids::to_micros(e.created_at)),
-                });
-            }
-            tx.exec(Sql::dynamic(
-                format!(
-                    concat!("INSERT INTO run_events (", event_cols!(), ") VALUES {}"),
-                    values.join(", ")
-                ),
-                b.args,
-            ))
-            .await?;
-        }
+        let stored =
+            append_locked_in(&mut tx, self.dialect(), thread_id, run_id, events, seed).await?;
         tx.commit().await?;
         Ok(stored)
     }

@@ -205,6 +205,18 @@ impl Persistence for SqlStore {
             .map_err(|e| DbErr::from(e).into_store())?;
         Ok(())
     }
+
+    /// SQLite: one transaction (see `runs.rs`); Postgres: the two calls in turn.
+    async fn finish_run_with_journal(
+        &self,
+        run_id: &str,
+        worker_id: &str,
+        outcome: RunFinish,
+        journal: Option<crate::JournalAppend<'_>>,
+    ) -> crate::FinishedWithJournal {
+        self.finish_with_journal(run_id, worker_id, outcome, journal)
+            .await
+    }
 }
 
 fn parse_signal(n: &sqlx::postgres::PgNotification) -> Option<crate::Signal> {

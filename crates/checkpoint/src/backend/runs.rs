@@ -8,14 +8,16 @@
 
 use super::checkpoints::delete_run_checkpoints;
 use super::db::{Arg, DbErr, DbResult, Dialect, Sql, Tx, retry};
+use super::journal::append_in_sqlite_tx;
 use super::threads::{apply_summary, refresh_expiry, summary_config, summary_has_next};
 use super::{
     SqlStore, cancel_action_str, clamp_i64, lock_thread, refresh_thread_status, run_cols,
     run_from_row, thread_not_found,
 };
 use crate::ids::{self, new_uuid7, plus_seconds};
+use crate::journal::RunEvent;
 use crate::types::*;
-use crate::{Result, RunStore};
+use crate::{FinishedWithJournal, JournalAppend, Result, RunStore, journal_then_finish};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::json;
@@ -138,6 +140,38 @@ fn new_run_args(sql: Sql, run: &NewRun, run_id: &str, now: DateTime<Utc>) -> Sql
         .arg(Arg::json_map(&run.kwargs))
         .bind(run.multitask_strategy.as_str())
         .arg(Arg::ts(plus_seconds(now, run.after_seconds)))
+}
+
+/// Ends a run this worker owns inside `tx` (SQLite: Postgres calls `fawn_finish_run`): its
+/// row, then its thread's summary and status.
+async fn finish_in(
+    tx: &mut Tx,
+    dialect: Dialect,
+    run_id: &str,
+    worker_id: &str,
+    outcome: &RunFinish,
+    now: DateTime<Utc>,
+) -> DbResult<Run> {
+    let row = tx
+        .opt(
+            Sql::new(concat!(
+                "UPDATE runs SET status = $3, error = $4, stop_reason = $5, owner = NULL, ",
+                "lease_expires_at = NULL, updated_at = $6 WHERE run_id = $1 AND owner = $2 ",
+                "AND status = 'running' RETURNING ",
+                run_cols!()
+            ))
+            .bind(run_id)
+            .bind(worker_id)
+            .bind(outcome.status.as_str())
+            .arg(Arg::opt_json(outcome.error.as_ref()))
+            .bind(outcome.stop_reason.clone())
+            .arg(Arg::ts(now)),
+        )
+        .await?
+        .ok_or_else(|| not_owned(run_id, worker_id))?;
+    let run = run_from_row(&row)?;
+    apply_summary(tx, dialect, &run.thread_id, &outcome.thread, now).await?;
+    Ok(run)
 }
 
 impl SqlStore {
@@ -458,34 +492,81 @@ impl SqlStore {
                 .await;
         }
         let mut tx = self.db.begin().await?;
-        let row = tx
-            .opt(
-                Sql::new(concat!(
-                    "UPDATE runs SET status = $3, error = $4, stop_reason = $5, owner = NULL, ",
-                    "lease_expires_at = NULL, updated_at = $6 WHERE run_id = $1 AND owner = $2 ",
-                    "AND status = 'running' RETURNING ",
-                    run_cols!()
-                ))
-                .bind(run_id)
-                .bind(worker_id)
-                .bind(outcome.status.as_str())
-                .arg(Arg::opt_json(outcome.error.as_ref()))
-                .bind(outcome.stop_reason.clone())
-                .arg(Arg::ts(now)),
-            )
-            .await?
-            .ok_or_else(|| not_owned(run_id, worker_id))?;
-        let run = run_from_row(&row)?;
-        apply_summary(
+        let run = finish_in(&mut tx, self.dialect(), run_id, worker_id, outcome, now).await?;
+        tx.commit().await?;
+        Ok(run)
+    }
+
+    /// [`Persistence::finish_run_with_journal`] on SQLite: one transaction, so one commit
+    /// (which writes every page it touched) where the journal append and the finish made
+    /// two, touching the thread's pages twice. Any failure falls back to the two calls in
+    /// turn, which is what Postgres always does (its finish is one call of a stored
+    /// function already), so the outcome of each part is the same as theirs: rows that
+    /// cannot be written are reported and the run finishes without them; a run this
+    /// worker no longer owns still gets its rows, as it did when the append committed
+    /// first.
+    ///
+    /// [`Persistence::finish_run_with_journal`]: crate::Persistence::finish_run_with_journal
+    pub(super) async fn finish_with_journal(
+        &self,
+        run_id: &str,
+        worker_id: &str,
+        outcome: RunFinish,
+        journal: Option<JournalAppend<'_>>,
+    ) -> FinishedWithJournal {
+        let journal = match journal {
+            Some(j)
+                if self.dialect() == Dialect::Sqlite
+                    && !j.events.is_empty()
+                    && !outcome.status.is_active() =>
+            {
+                j
+            }
+            other => return journal_then_finish(self, run_id, worker_id, outcome, other).await,
+        };
+        match retry!(self.finish_with_journal_once(run_id, worker_id, &outcome, &journal)) {
+            Ok((run, rows)) => FinishedWithJournal {
+                run: Ok(run),
+                journal: Ok(rows),
+            },
+            // Nothing of the transaction was kept: do it again as two writes, each
+            // failing on its own.
+            Err(e) => {
+                tracing::debug!(%run_id, error = %e, "finishing a run with its journal in one transaction failed; writing them in turn");
+                journal_then_finish(self, run_id, worker_id, outcome, Some(journal)).await
+            }
+        }
+    }
+
+    /// One try of [`SqlStore::finish_with_journal`] on SQLite: the rows, then the run's
+    /// end, then one commit; an error anywhere rolls back both.
+    async fn finish_with_journal_once(
+        &self,
+        run_id: &str,
+        worker_id: &str,
+        outcome: &RunFinish,
+        journal: &JournalAppend<'_>,
+    ) -> DbResult<(Run, Vec<RunEvent>)> {
+        let mut tx = self.db.begin().await?;
+        let rows = append_in_sqlite_tx(
+            &mut tx,
+            journal.thread_id,
+            journal.run_id,
+            &journal.events,
+            journal.seed,
+        )
+        .await?;
+        let run = finish_in(
             &mut tx,
             self.dialect(),
-            &run.thread_id,
-            &outcome.thread,
-            now,
+            run_id,
+            worker_id,
+            outcome,
+            ids::now(),
         )
         .await?;
         tx.commit().await?;
-        Ok(run)
+        Ok((run, rows))
     }
 
     /// The same steps as one call of `fawn_finish_run` (migration 0006): one round trip.
