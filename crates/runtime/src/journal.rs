@@ -1,7 +1,8 @@
 //! The run-event journal writer: when a run ends, the messages it added to its thread
 //! (those of its final state whose ids the state it started from did not have, the human
-//! input included) are appended as DeerFlow's message events in one store call, before the
-//! run's status is written, so a client that sees the run finished finds its journal.
+//! input included) are appended as DeerFlow's message events in the store call that writes
+//! the run's status, ahead of it (one transaction on SQLite), so a client that sees the run
+//! finished finds its journal.
 //!
 //! Nothing is written per token or per step. Rows are never rewritten: a message the run
 //! replaced in place (same id) or a summarization that removes old messages leaves earlier
@@ -23,7 +24,7 @@
 
 use crate::runtime::Rt;
 use chrono::{DateTime, Utc};
-use fawn_checkpoint::{NewRunEvent, Run};
+use fawn_checkpoint::{JournalAppend, NewRunEvent, Run, RunFinish};
 use fawn_state::{Message, MessageKind, Messages, ThreadState};
 use serde_json::{Map, Value, json};
 use std::collections::HashSet;
@@ -140,33 +141,60 @@ pub fn new_rows(
     rows
 }
 
-/// Appends what the run added (see the module docs), then `extra`: the other rows the run
-/// produced (subagent steps, workspace changes), in the order it produced them. Failures
-/// are logged: the journal never fails a run.
-pub async fn record(
+/// What a run leaves in the journal, written with its end by [`finish`].
+pub struct Entry<'a> {
+    /// What the run started from.
+    pub start: &'a Start,
+    /// Its final state.
+    pub end: &'a ThreadState,
+    pub started_at: DateTime<Utc>,
+    /// The other rows the run produced (subagent steps, workspace changes), in the order
+    /// it produced them.
+    pub extra: Vec<NewRunEvent>,
+}
+
+/// Records the end of a run this worker owns together with what it added to the journal
+/// (see the module docs), then `entry.extra`, in one store call (one transaction on SQLite).
+/// Journal failures are logged: the journal never fails a run. Returns what
+/// [`fawn_checkpoint::RunStore::finish_run`] would.
+pub async fn finish(
     rt: &Rt,
     run: &Run,
-    start: &Start,
-    end: &ThreadState,
-    started_at: DateTime<Utc>,
-    extra: Vec<NewRunEvent>,
-) {
-    let mut rows = new_rows(&start.ids, end, started_at, Utc::now(), run.created_at);
-    rows.extend(extra);
-    if rows.is_empty() {
-        return;
+    outcome: RunFinish,
+    entry: Option<Entry<'_>>,
+) -> fawn_checkpoint::Result<Run> {
+    let mut rows = Vec::new();
+    let mut start = None;
+    if let Some(e) = entry {
+        rows = new_rows(
+            &e.start.ids,
+            e.end,
+            e.started_at,
+            Utc::now(),
+            run.created_at,
+        );
+        rows.extend(e.extra);
+        start = Some((e.start, e.started_at));
     }
+    let seed = || start.map(|(start, at)| start.seed(at)).unwrap_or_default();
     // Only a run that starts from messages can have history to seed.
-    let seed = || start.seed(started_at);
-    let seed: Option<&(dyn Fn() -> Vec<(String, NewRunEvent)> + Send + Sync)> =
-        (!start.messages.is_empty()).then_some(&seed);
-    if let Err(e) = rt
+    let seed: Option<&(dyn Fn() -> Vec<(String, NewRunEvent)> + Send + Sync)> = start
+        .is_some_and(|(start, _)| !start.messages.is_empty())
+        .then_some(&seed);
+    let journal = (!rows.is_empty()).then(|| JournalAppend {
+        thread_id: &run.thread_id,
+        run_id: &run.run_id,
+        events: rows,
+        seed,
+    });
+    let ended = rt
         .store
-        .append_run_events_seeded(&run.thread_id, &run.run_id, rows, seed)
-        .await
-    {
+        .finish_run_with_journal(&run.run_id, &rt.queue.worker_id, outcome, journal)
+        .await;
+    if let Err(e) = &ended.journal {
         tracing::warn!(run_id = %run.run_id, error = %e, "writing the run's journal failed");
     }
+    ended.run
 }
 
 #[cfg(test)]

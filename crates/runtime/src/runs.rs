@@ -242,7 +242,9 @@ pub fn submit(rt: &Rt, run: &Run, after_seconds: f64) {
             .claim_run(&run_id, &rt2.queue.worker_id, lease)
             .await
         {
-            Ok(Some(run)) => execute(rt2, run, permit).await,
+            // Boxed: the run's future is large, and spawning moves (copies) whatever the
+            // spawned future holds several times over.
+            Ok(Some(run)) => Box::pin(execute(rt2, run, permit)).await,
             Ok(None) => {
                 drop(permit);
                 follow_if_shared(&rt2, &created);
@@ -283,7 +285,7 @@ pub async fn dispatcher(rt: Rt) {
                         |n| Some(n.saturating_sub(1)),
                     );
                     let rt2 = rt.clone();
-                    q.spawn(async move { execute(rt2, run, permit).await });
+                    q.spawn(Box::pin(execute(rt2, run, permit)));
                 }
                 Ok(None) => break,
                 Err(e) => {
@@ -839,12 +841,17 @@ async fn finish(
             Bytes::from(body_values.to_string()),
         ),
     };
-    // The run's messages go to the journal before its status: whoever sees it finished
-    // finds them.
-    if let (Some(start), Some(l)) = (start, &last) {
-        let extra = observer.take_journal();
-        crate::journal::record(rt, run, start, &l.state, started_at, extra).await;
-    }
+    // The run's messages go to the journal with its status, ahead of it: whoever sees it
+    // finished finds them.
+    let journal = match (start, &last) {
+        (Some(start), Some(l)) => Some(crate::journal::Entry {
+            start,
+            end: &l.state,
+            started_at,
+            extra: observer.take_journal(),
+        }),
+        _ => None,
+    };
     // The thread's status follows its latest checkpoint, also after a cancel: nodes still
     // scheduled next leave it `interrupted` (as the official server does), none `idle`.
     let finish = RunFinish {
@@ -860,11 +867,7 @@ async fn finish(
             config: thread_config,
         },
     };
-    let finished = match rt
-        .store
-        .finish_run(&run.run_id, &rt.queue.worker_id, finish)
-        .await
-    {
+    let finished = match crate::journal::finish(rt, run, finish, journal).await {
         Ok(r) => Some(r),
         Err(e) => {
             tracing::warn!(run_id = %run.run_id, error = %e, "recording the run's end failed");
