@@ -949,16 +949,16 @@ impl CheckpointStore for SqlStore {
     async fn put_checkpoint(&self, checkpoint: NewCheckpoint) -> Result<String> {
         let thread_id = checkpoint.thread_id.as_str();
         let ns = checkpoint.checkpoint_ns.as_str();
-        let (parent, parent_accounting) = self
-            .parent_of(thread_id, ns, checkpoint.parent_id.as_deref())
-            .await?;
+        // Inner futures boxed, as in `put_checkpoints`.
+        let (parent, parent_accounting) =
+            Box::pin(self.parent_of(thread_id, ns, checkpoint.parent_id.as_deref())).await?;
         let mut prepared = self
             .prepare(&checkpoint, parent.as_ref(), parent_accounting)
             .map_err(super::db::DbErr::into_store)?;
         prepared.id = self.new_id(thread_id, ns, checkpoint.parent_id.clone());
         let id = prepared.id.clone();
         let links = Arc::new(vec![prepared]);
-        retry!(self.insert_links_once(&links))?;
+        Box::pin(async { retry!(self.insert_links_once(&links)) }).await?;
         self.remember_latest(&checkpoint, &links[0]);
         Ok(id)
     }
@@ -976,8 +976,10 @@ impl CheckpointStore for SqlStore {
         let thread_id = chain[0].thread_id.clone();
         let ns = chain[0].checkpoint_ns.clone();
         let mut previous = chain[0].parent_id.clone();
+        // The inner futures are boxed: this one is boxed by the trait, and a boxed future
+        // is copied whole (its largest state) every time it moves.
         let (mut parent, mut accounting) =
-            self.parent_of(&thread_id, &ns, previous.as_deref()).await?;
+            Box::pin(self.parent_of(&thread_id, &ns, previous.as_deref())).await?;
         let mut prepared = Vec::with_capacity(chain.len());
         for cp in chain.iter_mut() {
             cp.parent_id = previous.clone();
@@ -996,7 +998,7 @@ impl CheckpointStore for SqlStore {
         }
         let ids = prepared.iter().map(|p| p.id.clone()).collect();
         let links = Arc::new(prepared);
-        retry!(self.insert_links_once(&links))?;
+        Box::pin(async { retry!(self.insert_links_once(&links)) }).await?;
         if let (Some(last_cp), Some(last)) = (chain.last(), links.last()) {
             self.remember_latest(last_cp, last);
         }
