@@ -1,9 +1,11 @@
-//! The OpenAI-compatible provider, built on `async-openai` with our own wire types
-//! (`create_stream_byot` / `create_byot`) and our own tower service over reqwest that turns
-//! non-2xx responses into [`HttpError`]s that keep `Retry-After`.
+//! The OpenAI-compatible provider: our own wire types, non-streamed calls through
+//! `async-openai` (`create_byot`) with our own tower service over reqwest that turns non-2xx
+//! responses into [`HttpError`]s that keep `Retry-After`, and streamed calls sent on the same
+//! reqwest client and read by our own event-stream framing ([`sse`]).
 
 pub mod request;
 pub mod response;
+mod sse;
 pub mod wire;
 
 use crate::error::{HttpError, classify_http, classify_reqwest};
@@ -154,6 +156,8 @@ pub struct OpenAiCompatible {
     settings: ModelSettings,
     quirks: Quirks,
     client: async_openai::Client<WireConfig>,
+    /// Streamed calls go out on it directly (see [`sse`]).
+    http: reqwest::Client,
     observer: Option<RetryObserver>,
 }
 
@@ -192,13 +196,14 @@ impl OpenAiCompatible {
             api_key: SecretString::from(settings.api_key.clone().unwrap_or_default()),
             headers,
         };
-        let client =
-            async_openai::Client::build(http.clone(), config).with_http_service(http_service(http));
+        let client = async_openai::Client::build(http.clone(), config)
+            .with_http_service(http_service(http.clone()));
         Ok(OpenAiCompatible {
             info,
             settings,
             quirks,
             client,
+            http,
             observer: None,
         })
     }
@@ -243,12 +248,9 @@ impl OpenAiCompatible {
             let msg = conv.full(resp)?;
             return Ok(futures::stream::iter([Ok(msg)]).boxed());
         }
-        let chat = self.client.chat();
-        let call = chat.create_stream_byot::<&ChatCompletionRequest, ChatCompletionChunk>(&body);
-        let inner = tokio::time::timeout(timeout, call)
+        let inner = tokio::time::timeout(timeout, self.open_stream(&body))
             .await
-            .map_err(|_| timed_out("no response", timeout))?
-            .map_err(map_error)?;
+            .map_err(|_| timed_out("no response", timeout))??;
         let mut state = StreamState {
             inner,
             conv,
@@ -275,8 +277,36 @@ impl OpenAiCompatible {
     }
 }
 
+impl OpenAiCompatible {
+    /// `POST {base}/chat/completions` as async-openai would send it (the same URL, headers
+    /// and JSON body); a non-2xx answer is classified as by [`http_service`].
+    async fn open_stream(
+        &self,
+        body: &ChatCompletionRequest,
+    ) -> Result<sse::ChunkEvents, LlmError> {
+        let config = self.client.config();
+        let bytes = serde_json::to_vec(body).map_err(|e| LlmError::BadRequest {
+            status: 400,
+            message: format!("request cannot be serialized: {e}"),
+        })?;
+        let response = self
+            .http
+            .post(config.url("/chat/completions"))
+            .headers(config.headers())
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(bytes)
+            .send()
+            .await
+            .map_err(|e| classify_reqwest(&e))?;
+        if !response.status().is_success() {
+            return Err(HttpError::from_response(response).await.classify());
+        }
+        Ok(sse::ChunkEvents::new(response))
+    }
+}
+
 struct StreamState {
-    inner: async_openai::types::stream::StreamResponse<ChatCompletionChunk>,
+    inner: sse::ChunkEvents,
     conv: Converter,
     first_timeout: Duration,
     chunk_timeout: Duration,
@@ -311,7 +341,7 @@ impl StreamState {
                 }
                 Ok(Some(Err(e))) => {
                     self.done = true;
-                    return Some(Err(map_error(e)));
+                    return Some(Err(e));
                 }
                 Ok(Some(Ok(chunk))) => {
                     self.started = true;
