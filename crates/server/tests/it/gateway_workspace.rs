@@ -35,21 +35,6 @@ async fn lead_app(db: Db) -> Option<TestApp> {
     spawn_with(lead_spawn(db)).await
 }
 
-/// Runs `text` on `tid` with the lead agent and waits for its end; returns its id.
-async fn run(app: &TestApp, tid: &str, text: &str, context: Value) -> String {
-    let (s, r) = app
-        .post_json(
-            &format!("/api/threads/{tid}/runs"),
-            json!({"assistant_id": "lead_agent", "input": user_input(text), "context": context}),
-        )
-        .await;
-    assert_eq!(s, 200, "{r}");
-    let rid = r["run_id"].as_str().unwrap().to_string();
-    let done = app.wait_run(tid, &rid).await;
-    assert_eq!(done["status"], "success", "{done}");
-    rid
-}
-
 fn workspace(app: &TestApp, tid: &str) -> std::path::PathBuf {
     app.home
         .join("users/default/threads")
@@ -84,7 +69,7 @@ async fn workspace_changes_of_a_run(db: Db) {
     ]));
     app.mock.push(Turn::text("Edited."));
     let ctx = json!({"thinking_enabled": false});
-    let rid = run(&app, &tid, "edit my notes", ctx.clone()).await;
+    let rid = run_to_success_with(&app, &tid, "edit my notes", ctx.clone()).await;
     let base = format!("/api/threads/{tid}/runs/{rid}/workspace-changes");
 
     let (s, r) = app.get_json(&base).await;
@@ -159,7 +144,7 @@ async fn workspace_changes_of_a_run(db: Db) {
 
     // A run that changes nothing has nothing to show.
     app.mock.push(Turn::text("Nothing to do."));
-    let quiet = run(&app, &tid, "just chat", ctx).await;
+    let quiet = run_to_success_with(&app, &tid, "just chat", ctx).await;
     let (s, r) = app
         .get_json(&format!(
             "/api/threads/{tid}/runs/{quiet}/workspace-changes"
@@ -204,7 +189,7 @@ async fn subagent_steps_are_journaled(db: Db) {
     )]));
     app.mock.push(Turn::text("child result"));
     app.mock.push(Turn::text("All done."));
-    let rid = run(
+    let rid = run_to_success_with(
         &app,
         &tid,
         "delegate it",

@@ -444,11 +444,17 @@ pub fn user_input(text: &str) -> Value {
 /// Starts a background run of `lead_agent` on `tid` under `/api` with `text` as the user's
 /// message, waits for its end and checks it succeeded; returns its id.
 pub async fn run_to_success(app: &TestApp, tid: &str, text: &str) -> String {
+    run_to_success_with(app, tid, text, Value::Null).await
+}
+
+/// [`run_to_success`] with the run's `context` (none when `Null`).
+pub async fn run_to_success_with(app: &TestApp, tid: &str, text: &str, context: Value) -> String {
+    let mut body = json!({"assistant_id": "lead_agent", "input": user_input(text)});
+    if !context.is_null() {
+        body["context"] = context;
+    }
     let (s, r) = app
-        .post_json(
-            &format!("/api/threads/{tid}/runs"),
-            json!({"assistant_id": "lead_agent", "input": user_input(text)}),
-        )
+        .post_json(&format!("/api/threads/{tid}/runs"), body)
         .await;
     assert_eq!(s, 200, "{r}");
     let rid = r["run_id"].as_str().unwrap().to_string();
