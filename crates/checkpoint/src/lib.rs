@@ -399,6 +399,10 @@ pub trait Persistence:
     async fn ping(&self) -> bool;
     /// Deletes everything except system assistants (test hook `POST /internal/truncate`).
     async fn truncate(&self, what: &Truncate) -> Result<()>;
+    /// The connection pool now.
+    fn pool_stats(&self) -> PoolStats;
+    /// How many runs wait and run, database-wide.
+    async fn queue_stats(&self) -> Result<QueueStats>;
     /// Waits for in-flight statements and closes the connections (graceful shutdown).
     /// Every later call fails with [`StoreError::Database`].
     async fn close(&self);

@@ -623,6 +623,28 @@ pub struct NamespaceQuery {
     pub offset: u64,
 }
 
+/// The database connections now (`/metrics`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Connections open (SQLite: the writer, the readers and the WAL checkpointer).
+    pub open: u32,
+    pub idle: u32,
+    pub in_use: u32,
+    /// The most the pool opens.
+    pub max: u32,
+    /// Callers waiting for a connection (SQLite: for the writer).
+    pub waiting: u32,
+}
+
+/// The run queue now, database-wide (`/metrics`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct QueueStats {
+    pub pending: u64,
+    pub running: u64,
+    /// Age of the oldest pending run (0 when none).
+    pub oldest_pending_seconds: f64,
+}
+
 /// What `truncate` wipes.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Truncate {

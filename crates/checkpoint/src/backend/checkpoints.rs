@@ -289,6 +289,31 @@ pub(super) struct Prepared {
     tasks: Arg,
 }
 
+impl Prepared {
+    /// Bytes of checkpoint data this row stores (writes, snapshot, metadata, next, tasks).
+    fn stored_bytes(&self) -> u64 {
+        let arg = |a: &Arg| match a {
+            Arg::Json(Some(s)) | Arg::Text(Some(s)) => s.len(),
+            _ => 0,
+        };
+        (self.writes.len()
+            + self.snapshot.as_ref().map_or(0, String::len)
+            + arg(&self.metadata)
+            + arg(&self.next)
+            + arg(&self.tasks)) as u64
+    }
+}
+
+/// Counts written checkpoints, their bytes and the time the write took.
+fn record_write(links: &[Prepared], started: std::time::Instant) {
+    let m = fawn_telemetry::metrics();
+    m.checkpoint_writes.inc_by(links.len() as u64);
+    m.checkpoint_bytes
+        .inc_by(links.iter().map(Prepared::stored_bytes).sum());
+    m.checkpoint_write_duration
+        .observe(started.elapsed().as_secs_f64());
+}
+
 /// Binds a checkpoint row's columns after `thread_id, checkpoint_ns, checkpoint_id`, in
 /// the order of the insert statements.
 fn row_args(sql: Sql, p: &Prepared, now: chrono::DateTime<chrono::Utc>) -> Sql {
@@ -947,6 +972,7 @@ impl SqlStore {
 #[async_trait]
 impl CheckpointStore for SqlStore {
     async fn put_checkpoint(&self, checkpoint: NewCheckpoint) -> Result<String> {
+        let started = std::time::Instant::now();
         let thread_id = checkpoint.thread_id.as_str();
         let ns = checkpoint.checkpoint_ns.as_str();
         // Inner futures boxed, as in `put_checkpoints`.
@@ -959,6 +985,7 @@ impl CheckpointStore for SqlStore {
         let id = prepared.id.clone();
         let links = Arc::new(vec![prepared]);
         Box::pin(async { retry!(self.insert_links_once(&links)) }).await?;
+        record_write(&links, started);
         self.remember_latest(&checkpoint, &links[0]);
         Ok(id)
     }
@@ -967,6 +994,7 @@ impl CheckpointStore for SqlStore {
     /// one set of WAL pages instead of one per checkpoint), on Postgres as one item of the
     /// insert batcher (one round trip, shared with other runs' inserts).
     async fn put_checkpoints(&self, mut chain: Vec<NewCheckpoint>) -> Result<Vec<String>> {
+        let started = std::time::Instant::now();
         let single_thread = chain
             .windows(2)
             .all(|w| w[0].thread_id == w[1].thread_id && w[0].checkpoint_ns == w[1].checkpoint_ns);
@@ -999,6 +1027,7 @@ impl CheckpointStore for SqlStore {
         let ids = prepared.iter().map(|p| p.id.clone()).collect();
         let links = Arc::new(prepared);
         Box::pin(async { retry!(self.insert_links_once(&links)) }).await?;
+        record_write(&links, started);
         if let (Some(last_cp), Some(last)) = (chain.last(), links.last()) {
             self.remember_latest(last_cp, last);
         }

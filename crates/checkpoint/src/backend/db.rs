@@ -581,7 +581,36 @@ enum Pools {
         /// Background WAL checkpoints (see [`wal_checkpoints`]).
         checkpointer: tokio::task::JoinHandle<()>,
     },
-    Pg(PgPool),
+    Pg {
+        pool: PgPool,
+        /// Callers waiting for a connection.
+        waiting: Arc<std::sync::atomic::AtomicUsize>,
+    },
+}
+
+/// Counts a caller as waiting for a connection while it lives.
+struct Waiting<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn new(n: &'a std::sync::atomic::AtomicUsize) -> Waiting<'a> {
+        n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Waiting(n)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// A pooled Postgres connection, counting the wait for it.
+async fn pg_conn(
+    pool: &PgPool,
+    waiting: &std::sync::atomic::AtomicUsize,
+) -> DbResult<sqlx::pool::PoolConnection<Postgres>> {
+    let _waiting = Waiting::new(waiting);
+    Ok(pool.acquire().await?)
 }
 
 pub(crate) struct Db {
@@ -593,7 +622,7 @@ impl Db {
     /// The Postgres pool (for LISTEN), if this is Postgres.
     pub fn pg_pool(&self) -> Option<&PgPool> {
         match &self.pools {
-            Pools::Pg(p) => Some(p),
+            Pools::Pg { pool, .. } => Some(pool),
             Pools::Sqlite { .. } => None,
         }
     }
@@ -729,10 +758,10 @@ impl Drop for Db {
 }
 
 /// Runs one statement on the pool (autocommit) and returns all its rows.
-async fn pg_all(pool: &PgPool, sql: Sql) -> DbResult<Vec<Row>> {
+async fn pg_all(conn: &mut sqlx::pool::PoolConnection<Postgres>, sql: Sql) -> DbResult<Vec<Row>> {
     Ok(sql
         .postgres()?
-        .fetch_all(pool)
+        .fetch_all(&mut **conn)
         .await?
         .into_iter()
         .map(Row::Pg)
@@ -840,7 +869,10 @@ impl Db {
             .map_err(|e| db_error("migrating the Postgres database failed", e))?;
         Ok(Db {
             dialect: Dialect::Postgres,
-            pools: Pools::Pg(pool),
+            pools: Pools::Pg {
+                pool,
+                waiting: Arc::default(),
+            },
         })
     }
 
@@ -858,7 +890,10 @@ impl Db {
     async fn begin_with(&self, urgent: bool) -> DbResult<Tx> {
         Ok(match &self.pools {
             Pools::Sqlite { lite, .. } => Tx::Sqlite(lite.begin(urgent).await?),
-            Pools::Pg(pool) => Tx::Pg(pool.begin().await?),
+            Pools::Pg { pool, waiting } => {
+                let conn = pg_conn(pool, waiting).await?;
+                Tx::Pg(Transaction::begin(conn, None).await?)
+            }
         })
     }
 
@@ -868,14 +903,23 @@ impl Db {
             Pools::Sqlite { lite, .. } => {
                 Ok(lite.read_all(sql)?.into_iter().map(Row::Lite).collect())
             }
-            Pools::Pg(pool) => pg_all(pool, sql).await,
+            Pools::Pg { pool, waiting } => {
+                let mut conn = pg_conn(pool, waiting).await?;
+                pg_all(&mut conn, sql).await
+            }
         }
     }
 
     pub async fn read_opt(&self, sql: Sql) -> DbResult<Option<Row>> {
         Ok(match &self.pools {
             Pools::Sqlite { lite, .. } => lite.read_opt(sql)?.map(Row::Lite),
-            Pools::Pg(pool) => sql.postgres()?.fetch_optional(pool).await?.map(Row::Pg),
+            Pools::Pg { pool, waiting } => {
+                let mut conn = pg_conn(pool, waiting).await?;
+                sql.postgres()?
+                    .fetch_optional(&mut *conn)
+                    .await?
+                    .map(Row::Pg)
+            }
         })
     }
 
@@ -885,7 +929,13 @@ impl Db {
             Pools::Sqlite { lite, .. } => {
                 lite.write(sql).await?.0.into_iter().next().map(Row::Lite)
             }
-            Pools::Pg(pool) => sql.postgres()?.fetch_optional(pool).await?.map(Row::Pg),
+            Pools::Pg { pool, waiting } => {
+                let mut conn = pg_conn(pool, waiting).await?;
+                sql.postgres()?
+                    .fetch_optional(&mut *conn)
+                    .await?
+                    .map(Row::Pg)
+            }
         })
     }
 
@@ -899,14 +949,20 @@ impl Db {
                 .into_iter()
                 .map(Row::Lite)
                 .collect()),
-            Pools::Pg(pool) => pg_all(pool, sql).await,
+            Pools::Pg { pool, waiting } => {
+                let mut conn = pg_conn(pool, waiting).await?;
+                pg_all(&mut conn, sql).await
+            }
         }
     }
 
     pub async fn write_exec(&self, sql: Sql) -> DbResult<u64> {
         Ok(match &self.pools {
             Pools::Sqlite { lite, .. } => lite.write(sql).await?.1,
-            Pools::Pg(pool) => sql.postgres()?.execute(pool).await?.rows_affected(),
+            Pools::Pg { pool, waiting } => {
+                let mut conn = pg_conn(pool, waiting).await?;
+                sql.postgres()?.execute(&mut *conn).await?.rows_affected()
+            }
         })
     }
 
@@ -920,7 +976,26 @@ impl Db {
                 checkpointer.abort();
                 lite.close().await;
             }
-            Pools::Pg(pool) => pool.close().await,
+            Pools::Pg { pool, .. } => pool.close().await,
+        }
+    }
+
+    /// The connections now.
+    pub fn pool_stats(&self) -> crate::PoolStats {
+        let n = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+        match &self.pools {
+            Pools::Sqlite { lite, .. } => lite.pool_stats(),
+            Pools::Pg { pool, waiting } => {
+                let open = pool.size();
+                let idle = n(pool.num_idle());
+                crate::PoolStats {
+                    open,
+                    idle,
+                    in_use: open.saturating_sub(idle),
+                    max: pool.options().get_max_connections(),
+                    waiting: n(waiting.load(std::sync::atomic::Ordering::Relaxed)),
+                }
+            }
         }
     }
 }

@@ -257,6 +257,27 @@ impl Lite {
         }
     }
 
+    /// The connections now: the writer, the readers and the WAL checkpointer.
+    pub fn pool_stats(&self) -> crate::PoolStats {
+        let busy_readers = self
+            .readers
+            .iter()
+            .filter(|r| r.try_lock().is_err())
+            .count();
+        let writer_busy = usize::from(self.writer.try_lock().is_err());
+        let checkpointing = usize::from(self.checkpointer.try_lock().is_err());
+        let open = self.readers.len() + 2;
+        let in_use = busy_readers + writer_busy + checkpointing;
+        let n = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+        crate::PoolStats {
+            open: n(open),
+            idle: n(open.saturating_sub(in_use)),
+            in_use: n(in_use),
+            max: n(open),
+            waiting: n(self.shared.waiting.load(Ordering::Relaxed)),
+        }
+    }
+
     pub fn is_closed(&self) -> bool {
         self.readers[0].lock().map(|g| g.is_none()).unwrap_or(true)
     }

@@ -163,6 +163,50 @@ impl Persistence for SqlStore {
         self.cache.clear();
     }
 
+    fn pool_stats(&self) -> PoolStats {
+        self.db.pool_stats()
+    }
+
+    async fn queue_stats(&self) -> Result<QueueStats> {
+        let pending = self
+            .db
+            .read_opt(Sql::new(
+                "SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM runs WHERE status = 'pending'",
+            ))
+            .await
+            .map_err(db::DbErr::into_store)?;
+        let running = self
+            .db
+            .read_opt(Sql::new(
+                "SELECT COUNT(*) AS n FROM runs WHERE status = 'running'",
+            ))
+            .await
+            .map_err(db::DbErr::into_store)?;
+        let count = |r: &Option<Row>| -> Result<u64> {
+            match r {
+                Some(r) => {
+                    Ok(u64::try_from(r.int("n").map_err(db::DbErr::into_store)?).unwrap_or(0))
+                }
+                None => Ok(0),
+            }
+        };
+        let oldest = match &pending {
+            Some(r) => r.opt_int("oldest").map_err(db::DbErr::into_store)?,
+            None => None,
+        };
+        let oldest_pending_seconds = oldest
+            .map(|micros| {
+                let age = crate::ids::to_micros(Utc::now()) - micros;
+                (age.max(0) as f64) / 1e6
+            })
+            .unwrap_or(0.0);
+        Ok(QueueStats {
+            pending: count(&pending)?,
+            running: count(&running)?,
+            oldest_pending_seconds,
+        })
+    }
+
     /// Postgres: `LISTEN` on [`CANCEL_CHANNEL`] and [`PROGRESS_CHANNEL`] (one connection per
     /// process; it reconnects by itself, and a notification missed meanwhile is made up for
     /// by heartbeats and the relays' slow poll).
