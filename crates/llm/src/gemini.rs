@@ -1352,7 +1352,7 @@ impl Gemini {
         let call = self
             .http
             .post(url)
-            .headers(self.headers.clone())
+            .headers(crate::traced(self.headers.clone()))
             .json(body)
             .send();
         let resp = tokio::time::timeout(timeout, call)

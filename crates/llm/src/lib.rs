@@ -12,6 +12,7 @@ pub mod content;
 pub mod demo;
 pub mod error;
 pub mod gemini;
+pub mod observed;
 pub mod ollama;
 pub mod openai;
 pub mod registry;
@@ -38,6 +39,12 @@ use futures::stream::BoxStream;
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Outgoing request headers plus the current span's `traceparent` (when tracing is on).
+pub(crate) fn traced(mut headers: http::HeaderMap) -> http::HeaderMap {
+    fawn_telemetry::trace::inject(&mut headers);
+    headers
+}
 
 /// A tool the model may call: name, description and a JSON Schema for its arguments.
 #[derive(Clone, Debug, PartialEq)]
@@ -66,6 +73,9 @@ pub struct ChatRequest {
     pub temperature: Option<f64>,
     /// Extra request parameters merged into the provider payload.
     pub extra: Map<String, Value>,
+    /// What the call is for (`title`, `summarization`, `memory`, …; empty: a step of an
+    /// agent loop). Never sent; traces and logs name it.
+    pub purpose: &'static str,
 }
 
 /// What is known about a configured model.
@@ -98,6 +108,11 @@ pub trait ChatModel: Send + Sync {
     /// Starts a call and returns its chunk stream. Errors before the first chunk (HTTP status,
     /// connection) are returned here; errors mid-stream arrive as stream items.
     async fn stream(&self, request: ChatRequest) -> Result<ChunkStream, LlmError>;
+
+    /// Whether this is an [`observed::Observed`] wrapper (so it is not wrapped twice).
+    fn is_observed(&self) -> bool {
+        false
+    }
 
     /// The whole answer as one `ai` message.
     async fn invoke(&self, request: ChatRequest) -> Result<Message, LlmError> {
@@ -204,6 +219,22 @@ impl std::fmt::Debug for ModelRegistry {
 
 impl ModelRegistry {
     pub fn from_models(models: Vec<std::sync::Arc<dyn ChatModel>>) -> Self {
+        ModelRegistry { models }
+    }
+
+    /// The same models, each measured and traced ([`observed::Observed`]).
+    pub fn observed(self) -> Self {
+        let models = self
+            .models
+            .into_iter()
+            .map(|m| {
+                if m.is_observed() {
+                    m
+                } else {
+                    std::sync::Arc::new(observed::Observed::new(m)) as std::sync::Arc<dyn ChatModel>
+                }
+            })
+            .collect();
         ModelRegistry { models }
     }
 

@@ -566,7 +566,7 @@ impl Ollama {
         let call = self
             .http
             .post(&self.url)
-            .headers(self.headers.clone())
+            .headers(crate::traced(self.headers.clone()))
             .json(body)
             .send();
         let resp = tokio::time::timeout(timeout, call)

@@ -85,6 +85,10 @@ where
                 retry += 1;
                 let delay = policy.delay(retry, &e);
                 tracing::warn!(model, attempt = retry, max = policy.max_retries, ?delay, error = %e, "retrying model call");
+                let m = fawn_telemetry::metrics();
+                m.model_retries
+                    .with_label_values(&[&m.model_label.get(model), e.kind()])
+                    .inc();
                 if let Some(obs) = observer {
                     obs(&RetryEvent {
                         model: model.to_string(),

@@ -322,6 +322,7 @@ impl MemoryUpdater for LlmMemoryUpdater {
             ))]
             .into(),
             temperature: Some(0.0),
+            purpose: "memory",
             ..Default::default()
         };
         let answer = self

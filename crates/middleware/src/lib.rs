@@ -246,6 +246,7 @@ impl ModelRequest {
             max_tokens: self.max_tokens,
             temperature: self.temperature,
             extra: self.extra.clone(),
+            purpose: "",
         }
     }
 }

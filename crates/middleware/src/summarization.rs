@@ -209,6 +209,7 @@ impl DeerFlowSummarizationMiddleware {
     ) -> Result<String, fawn_llm::LlmError> {
         let request = ChatRequest {
             messages: vec![Message::human(prompt)].into(),
+            purpose: "summarization",
             ..Default::default()
         };
         let configured: Option<Arc<dyn ChatModel>> = self

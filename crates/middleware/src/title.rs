@@ -150,6 +150,7 @@ impl TitleMiddleware {
         let assistant = first(|m| m.kind == MessageKind::Ai);
         let request = ChatRequest {
             messages: vec![Message::human(self.prompt(&user, &assistant))].into(),
+            purpose: "title",
             ..Default::default()
         };
         match model.invoke(request).await {

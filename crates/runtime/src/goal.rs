@@ -274,6 +274,7 @@ pub async fn evaluate(
             Message::human(question),
         ]
         .into(),
+        purpose: "goal",
         ..Default::default()
     };
     let answer = model.invoke(request).await.map_err(|e| e.to_string())?;

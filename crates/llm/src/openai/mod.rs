@@ -292,7 +292,7 @@ impl OpenAiCompatible {
         let response = self
             .http
             .post(config.url("/chat/completions"))
-            .headers(config.headers())
+            .headers(crate::traced(config.headers()))
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(bytes)
             .send()

@@ -119,6 +119,7 @@ pub async fn polish(
             Message::human(user_message(text, body.locale.as_deref())),
         ]
         .into(),
+        purpose: "polish",
         ..Default::default()
     };
     let answer = match tokio::time::timeout(POLISH_TIMEOUT, model.invoke(request)).await {

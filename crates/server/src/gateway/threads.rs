@@ -341,6 +341,7 @@ pub async fn suggestions(
             )),
         ]
         .into(),
+        purpose: "suggestions",
         ..Default::default()
     };
     let answer = match tokio::time::timeout(SUGGESTION_TIMEOUT, model.invoke(request)).await {
