@@ -182,6 +182,10 @@ pub struct RunLog {
     hub: Arc<ThreadHub>,
     limits: (usize, usize),
     mirror: std::sync::OnceLock<Mirror>,
+    /// When the run was created here: its first event after `metadata` is timed from then
+    /// (`fawn_run_first_event_seconds`), once.
+    created: std::sync::OnceLock<std::time::Instant>,
+    first_timed: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for RunLog {
@@ -227,6 +231,8 @@ impl RunLog {
             version: tx,
             hub,
             mirror: std::sync::OnceLock::new(),
+            created: std::sync::OnceLock::new(),
+            first_timed: std::sync::atomic::AtomicBool::new(false),
             limits: if resumable {
                 (cfg.resumable_max_events, cfg.resumable_max_bytes)
             } else {
@@ -237,6 +243,26 @@ impl RunLog {
 
     pub fn is_resumable(&self) -> bool {
         lock(&self.inner).resumable
+    }
+
+    /// The run was just created here: time its first streamed event from now (whether it
+    /// executes here or its events are relayed from another node).
+    pub fn time_first_event(&self) {
+        let _ = self.created.set(std::time::Instant::now());
+    }
+
+    fn note_first_event(&self, name: &str) {
+        use std::sync::atomic::Ordering;
+        if self.first_timed.load(Ordering::Relaxed) || name == "metadata" {
+            return;
+        }
+        if let Some(created) = self.created.get()
+            && !self.first_timed.swap(true, Ordering::Relaxed)
+        {
+            fawn_telemetry::metrics()
+                .run_first_event
+                .observe(created.elapsed().as_secs_f64());
+        }
     }
 
     /// Starts attempt `attempt` (1-based): ids continue at the attempt's base, and the log is
@@ -296,6 +322,7 @@ impl RunLog {
     }
 
     fn append(&self, name: Arc<str>, data: Bytes) -> u64 {
+        self.note_first_event(&name);
         let ev;
         {
             let mut g = lock(&self.inner);

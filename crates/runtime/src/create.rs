@@ -615,6 +615,7 @@ pub async fn prepare_run(
         on_disconnect,
         checkpoint,
         graph_id: Some(graph_id.clone()),
+        origin: crate::kwargs::RunOrigin::current(),
         extra: JsonMap::new(),
     }
     .to_map();
@@ -694,6 +695,8 @@ pub async fn commit_run(rt: &Rt, p: PreparedRun) -> Result<CreatedRun> {
             tracing::warn!(run_id = %run_id, error = %e, "could not cancel in-flight runs");
         }
     }
+    fawn_telemetry::metrics().runs_created.inc();
+    log.time_first_event();
     crate::runs::submit(rt, &created.run, p.after_seconds);
     Ok(CreatedRun {
         run: created.run,

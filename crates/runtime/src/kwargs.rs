@@ -54,6 +54,10 @@ pub struct RunKwargs {
     /// The graph, resolved from the assistant at creation.
     #[serde(default)]
     pub graph_id: Option<String>,
+    /// The request that created the run (its id and trace), for the logs and the trace of
+    /// whichever worker executes it. Not shown to clients.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<RunOrigin>,
     /// Keys this version does not know, kept as they are.
     #[serde(flatten)]
     pub extra: JsonMap,
@@ -79,7 +83,46 @@ impl Default for RunKwargs {
             on_disconnect: OnDisconnect::default(),
             checkpoint: None,
             graph_id: None,
+            origin: None,
             extra: JsonMap::new(),
+        }
+    }
+}
+
+/// The key of [`RunKwargs::origin`] in the stored JSON.
+pub const ORIGIN_KEY: &str = "origin";
+
+/// Where a run came from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunOrigin {
+    /// The creating request's `X-Request-Id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// The creating request's span (W3C `traceparent`), when tracing was on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// The request continued its caller's trace: the run belongs to it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub continued: bool,
+}
+
+impl RunOrigin {
+    /// The request being handled now, if any.
+    pub fn current() -> Option<RunOrigin> {
+        fawn_telemetry::request::current().map(|r| RunOrigin {
+            request_id: Some(r.id.to_string()),
+            traceparent: r.traceparent,
+            continued: r.continued,
+        })
+    }
+
+    /// How the run's span joins the request's trace.
+    pub fn run_parent(origin: Option<&RunOrigin>) -> fawn_telemetry::trace::RunParent {
+        use fawn_telemetry::trace::RunParent;
+        match origin.and_then(|o| o.traceparent.clone().map(|tp| (tp, o.continued))) {
+            Some((tp, true)) => RunParent::Child(tp),
+            Some((tp, false)) => RunParent::Linked(tp),
+            None => RunParent::None,
         }
     }
 }

@@ -326,6 +326,9 @@ pub async fn reap(rt: &Rt, now: chrono::DateTime<chrono::Utc>) -> usize {
         .await
     {
         Ok(runs) => {
+            fawn_telemetry::metrics()
+                .runs_recovered
+                .inc_by(runs.len() as u64);
             for r in &runs {
                 tracing::warn!(run_id = %r.run_id, thread_id = %r.thread_id, attempt = r.attempt,
                     status = r.status.as_str(), "recovered a run whose worker stopped");
@@ -355,7 +358,12 @@ async fn heartbeat_loop(rt: Rt, run_id: String, active: Arc<ActiveRun>) {
             .heartbeat(&run_id, &rt.queue.worker_id, lease)
             .await
         {
-            Ok(Some(action)) => active.stop(StopReason::Cancel(action)),
+            Ok(Some(action)) => {
+                if !active.token.is_cancelled() {
+                    fawn_telemetry::metrics().bus_cancels.inc();
+                }
+                active.stop(StopReason::Cancel(action))
+            }
             Ok(None) => {}
             Err(StoreError::NotFound(_)) => {
                 active.stop(StopReason::LostLease);
@@ -377,13 +385,40 @@ pub async fn execute(rt: Rt, run: Run, permit: OwnedSemaphorePermit) {
     if let Some(action) = run.cancel_requested {
         active.stop(StopReason::Cancel(action));
     }
-    let span = tracing::info_span!("run", run_id = %run_id, thread_id = %run.thread_id, attempt = run.attempt);
+    let metrics = fawn_telemetry::metrics();
+    metrics
+        .run_attempts
+        .with_label_values(&[if run.attempt > 1 { "resumed" } else { "first" }])
+        .inc();
+    let _executing = Executing::new();
+    let origin = run
+        .kwargs
+        .get(crate::kwargs::ORIGIN_KEY)
+        .and_then(|v| serde_json::from_value::<crate::kwargs::RunOrigin>(v.clone()).ok());
+    let trace_span = run_span(&run, origin.as_ref());
+    let span = tracing::info_span!(
+        "run",
+        run_id = %run_id,
+        thread_id = %run.thread_id,
+        attempt = run.attempt,
+        request_id = tracing::field::Empty,
+        trace_id = tracing::field::Empty,
+    );
+    if let Some(id) = origin.as_ref().and_then(|o| o.request_id.as_deref()) {
+        span.record("request_id", id);
+    }
+    if let Some(id) = trace_span.trace_id() {
+        span.record("trace_id", id);
+    }
     // The heartbeat runs in this task, so aborting the task (a crash) stops both.
     let heartbeat = heartbeat_loop(rt.clone(), run_id.clone(), active.clone());
-    let work = async {
-        let _ = rt.hooks.reach(Point::Claimed, &run_id, &active.token).await;
-        run_attempt(&rt, &run, &active).await
-    }
+    let work = fawn_telemetry::trace::instrument(
+        async {
+            let _ = rt.hooks.reach(Point::Claimed, &run_id, &active.token).await;
+            run_attempt(&rt, &run, &active).await
+        },
+        &trace_span,
+    )
     .instrument(span);
     tokio::pin!(heartbeat);
     tokio::pin!(work);
@@ -394,6 +429,7 @@ pub async fn execute(rt: Rt, run: Run, permit: OwnedSemaphorePermit) {
             _ = &mut heartbeat, if !heartbeat_done => heartbeat_done = true,
         }
     }
+    trace_span.end();
     lock(&rt.queue.active).remove(&run_id);
     drop(permit);
     // Only look for more work when some is known to wait (polling finds the rest).
@@ -404,6 +440,121 @@ pub async fn execute(rt: Rt, run: Run, permit: OwnedSemaphorePermit) {
         > 0
     {
         rt.queue.notify.notify_one();
+    }
+}
+
+/// Counts a run as executing on this node while it lives.
+struct Executing;
+
+impl Executing {
+    fn new() -> Executing {
+        fawn_telemetry::metrics().runs_executing.inc();
+        Executing
+    }
+}
+
+impl Drop for Executing {
+    fn drop(&mut self) {
+        fawn_telemetry::metrics().runs_executing.dec();
+    }
+}
+
+/// The span of one attempt of a run: in the trace of the request that created it (see
+/// [`crate::kwargs::RunOrigin::run_parent`]), with the run's ids and, when content is
+/// captured, its input.
+fn run_span(run: &Run, origin: Option<&crate::kwargs::RunOrigin>) -> fawn_telemetry::trace::Span {
+    use fawn_telemetry::trace::{Attr, attrs};
+    let graph_id = run
+        .kwargs
+        .get("graph_id")
+        .and_then(Value::as_str)
+        .unwrap_or(&run.assistant_id)
+        .to_string();
+    let parent = crate::kwargs::RunOrigin::run_parent(origin);
+    fawn_telemetry::trace::start_run(
+        format!("invoke_agent {graph_id}"),
+        &run.run_id,
+        &parent,
+        |a| {
+            attrs::SpanKind::Agent.attrs(a);
+            a.push(Attr::new(attrs::GEN_AI_OPERATION, "invoke_agent"));
+            a.push(Attr::new(attrs::GEN_AI_AGENT_NAME, graph_id.clone()));
+            a.push(Attr::new(
+                attrs::GEN_AI_CONVERSATION_ID,
+                run.thread_id.clone(),
+            ));
+            a.push(Attr::new(attrs::SESSION_ID, run.thread_id.clone()));
+            a.push(Attr::new(attrs::THREAD_ID, run.thread_id.clone()));
+            a.push(Attr::new(attrs::RUN_ID, run.run_id.clone()));
+            a.push(Attr::new(attrs::ASSISTANT_ID, run.assistant_id.clone()));
+            a.push(Attr::new(attrs::GRAPH_ID, graph_id.clone()));
+            a.push(Attr::new(attrs::LANGFUSE_TRACE_NAME, graph_id.clone()));
+            a.push(Attr::new("langsmith.trace.name", graph_id.clone()));
+            a.push(Attr::new(attrs::RUN_ATTEMPT, i64::from(run.attempt.max(1))));
+            if let Some(id) = origin.and_then(|o| o.request_id.clone()) {
+                a.push(Attr::new(attrs::REQUEST_ID, id));
+            }
+            let user = run
+                .kwargs
+                .get("config")
+                .and_then(|c| c.get("configurable"))
+                .and_then(|c| c.get("user_id"))
+                .and_then(Value::as_str)
+                .filter(|u| !u.is_empty());
+            if let Some(u) = user {
+                a.push(Attr::new(attrs::USER_ID, u.to_string()));
+            }
+            if fawn_telemetry::trace::capture_inputs()
+                && let Some(input) = run.kwargs.get("input").filter(|v| !v.is_null())
+            {
+                a.push(Attr::new(
+                    attrs::INPUT_VALUE,
+                    attrs::clip(input.to_string()),
+                ));
+                a.push(Attr::new(attrs::INPUT_MIME, "application/json"));
+            }
+        },
+    )
+}
+
+/// Records how a run attempt ended: metrics, and the run's span.
+fn record_end(
+    status: &str,
+    started_at: chrono::DateTime<chrono::Utc>,
+    error: Option<&Value>,
+    output: Option<&Value>,
+) {
+    let seconds = (chrono::Utc::now() - started_at)
+        .to_std()
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    fawn_telemetry::metrics().run_finished(status, seconds);
+    match error {
+        Some(e) => {
+            tracing::info!(status, duration_ms = seconds * 1000.0, error = %e, "run finished")
+        }
+        None => tracing::info!(status, duration_ms = seconds * 1000.0, "run finished"),
+    }
+    let span = fawn_telemetry::trace::current();
+    span.set(fawn_telemetry::trace::Attr::new(
+        fawn_telemetry::trace::attrs::RUN_STATUS,
+        status.to_string(),
+    ));
+    match error {
+        Some(e) => span.fail(
+            e.get("error").and_then(Value::as_str).unwrap_or("Error"),
+            e.get("message").and_then(Value::as_str).unwrap_or(""),
+        ),
+        None => span.ok(),
+    }
+    if let Some(out) = output
+        && fawn_telemetry::trace::capture_outputs()
+    {
+        span.set_with(|a| {
+            use fawn_telemetry::trace::{Attr, attrs};
+            a.push(Attr::new(attrs::OUTPUT_VALUE, attrs::clip(out.to_string())));
+            a.push(Attr::new(attrs::OUTPUT_MIME, "application/json"));
+        });
     }
 }
 
@@ -738,6 +889,15 @@ async fn finish(
         Some(StopReason::Shutdown) | Some(StopReason::LostLease)
     ) && matches!(outcome, RunOutcome::Cancelled)
     {
+        // Released (shutdown) or taken over: not an end, the run goes on elsewhere.
+        fawn_telemetry::trace::current().set(fawn_telemetry::trace::Attr::new(
+            fawn_telemetry::trace::attrs::RUN_STATUS,
+            if reason == Some(StopReason::Shutdown) {
+                "released"
+            } else {
+                "lost_lease"
+            },
+        ));
         if reason == Some(StopReason::Shutdown)
             && let Err(e) = rt.store.release_run(&run.run_id, &rt.queue.worker_id).await
         {
@@ -781,6 +941,7 @@ async fn finish(
         if let Err(e) = rt.store.delete_run(&run.run_id).await {
             tracing::warn!(run_id = %run.run_id, error = %e, "rollback: deleting the run failed");
         }
+        record_end(RunStatus::Interrupted.as_str(), started_at, None, None);
         rt.broker
             .finish(&run.run_id, Some(Bytes::from_static(b"{}")));
         cleanup_temporary(rt, run, kw.temporary).await;
@@ -841,6 +1002,12 @@ async fn finish(
             Bytes::from(body_values.to_string()),
         ),
     };
+    record_end(
+        status.as_str(),
+        started_at,
+        error.as_ref(),
+        Some(body_values),
+    );
     // The run's messages go to the journal with its status, ahead of it: whoever sees it
     // finished finds them.
     let journal = match (start, &last) {
@@ -927,6 +1094,7 @@ pub async fn follow_signals(rt: Rt, mut signals: fawn_checkpoint::Signals) {
             None => return,
             Some(Signal::Cancel { run_id, action }) => {
                 if let Some(a) = rt.queue.active(&run_id) {
+                    fawn_telemetry::metrics().bus_cancels.inc();
                     tracing::debug!(%run_id, "cancelled from another process");
                     a.stop(StopReason::Cancel(action));
                 }
@@ -945,6 +1113,14 @@ pub async fn cancel(rt: &Rt, target: CancelTarget, action: CancelAction) -> Resu
         .cancel_runs(&target, action)
         .await
         .map_err(|e| RuntimeError::store("cancelling runs", e))?;
+    let action_label = match action {
+        CancelAction::Interrupt => "interrupt",
+        CancelAction::Rollback => "rollback",
+    };
+    fawn_telemetry::metrics()
+        .run_cancels
+        .with_label_values(&[action_label])
+        .inc_by(matched.len() as u64);
     for r in &matched {
         if let Some(a) = rt.queue.active(&r.run_id) {
             a.stop(StopReason::Cancel(action));

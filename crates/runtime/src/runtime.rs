@@ -241,6 +241,8 @@ impl Runtime {
                 (m, Some(demo))
             }
         };
+        // Every model call, whoever makes it, is measured and traced in one place.
+        let models = models.observed();
         let services =
             Services::start(&settings, &models, &options.user_id, demo.is_none()).await?;
         let graphs = match options.graphs.clone() {
@@ -311,6 +313,10 @@ impl Runtime {
             None => Arc::new(crate::bus::LocalBus),
         };
         tracing::info!(bus = bus.kind(), "event bus");
+        let m = fawn_telemetry::metrics();
+        m.set_build_info(env!("CARGO_PKG_VERSION"), rt.store.backend(), bus.kind());
+        m.runs_executing_max
+            .set(i64::try_from(rt.queue.cfg.max_concurrent_runs).unwrap_or(i64::MAX));
         let _ = rt.bus.set(bus);
         if let Some(addr) = options.local_addr {
             let _ = rt.local_addr.set(addr);

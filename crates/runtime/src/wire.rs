@@ -39,12 +39,26 @@ pub struct RunOut<'a> {
     status: &'static str,
     metadata: &'a JsonMap,
     multitask_strategy: &'static str,
+    #[serde(serialize_with = "client_kwargs")]
     kwargs: &'a JsonMap,
     attempt: u32,
     error: &'a Option<Value>,
     cancel_reason: Option<&'static str>,
     stop_reason: &'a Option<String>,
     langsmith_session_name: Option<()>,
+}
+
+/// A run's kwargs as clients see them: without the server's own [`crate::kwargs::ORIGIN_KEY`].
+fn client_kwargs<S: serde::Serializer>(kwargs: &&JsonMap, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let shown = kwargs
+        .iter()
+        .filter(|(k, _)| k.as_str() != crate::kwargs::ORIGIN_KEY);
+    let mut map = s.serialize_map(None)?;
+    for (k, v) in shown {
+        map.serialize_entry(k, v)?;
+    }
+    map.end()
 }
 
 pub fn run_out(r: &Run) -> RunOut<'_> {

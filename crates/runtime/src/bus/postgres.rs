@@ -164,6 +164,13 @@ async fn relay(rt: &Rt, run: &Run, log: &RunLog, wake: &Notify, period: impl Fn(
         {
             last = Some(cp.checkpoint_id.clone());
             log.publish("values", Bytes::from(state_value(&cp.state).to_string()));
+            let m = fawn_telemetry::metrics();
+            m.bus_relayed.with_label_values(&["postgres"]).inc();
+            if let Ok(lag) = (chrono::Utc::now() - cp.created_at).to_std() {
+                m.bus_lag
+                    .with_label_values(&["postgres"])
+                    .observe(lag.as_secs_f64());
+            }
         }
         match current {
             Ok(Some(r)) if r.status.is_active() => {}

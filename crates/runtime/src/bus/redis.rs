@@ -229,6 +229,20 @@ async fn read_loop(
                     continue;
                 };
                 log.publish_at(id, name, Bytes::from(data));
+                // Stream entry ids start with the time Redis appended the entry (ms).
+                let m = fawn_telemetry::metrics();
+                m.bus_relayed.with_label_values(&["redis"]).inc();
+                if let Some(ms) = entry
+                    .id
+                    .split('-')
+                    .next()
+                    .and_then(|t| t.parse::<i64>().ok())
+                {
+                    let lag = chrono::Utc::now().timestamp_millis() - ms;
+                    m.bus_lag
+                        .with_label_values(&["redis"])
+                        .observe(lag.max(0) as f64 / 1000.0);
+                }
             }
             if let Some(body) = ended {
                 bus.unfollow_stream(&run_id);
