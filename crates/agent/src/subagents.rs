@@ -16,6 +16,7 @@ use async_trait::async_trait;
 use fawn_llm::ChatModel;
 use fawn_middleware::RunContext;
 use fawn_state::{Message, MessageKind, NullSink, StateUpdate, ThreadState, UsageMetadata};
+use fawn_telemetry::trace;
 use fawn_tools::{
     SubagentInfo, SubagentOutcome, SubagentRequest, SubagentRunner, SubagentStatus, Tool,
     ToolContext,
@@ -386,13 +387,39 @@ impl SubagentRunner for SubagentPool {
             )])),
             then: None,
         };
+        // The subagent's own span: its model and tool calls are its children, under the
+        // `task` tool call that started it.
+        let span = trace::start(
+            format!("invoke_agent {}", request.subagent_type),
+            trace::Kind::Internal,
+            |a| {
+                use fawn_telemetry::trace::{Attr, attrs};
+                attrs::SpanKind::Agent.attrs(a);
+                a.push(Attr::new(attrs::GEN_AI_OPERATION, "invoke_agent"));
+                a.push(Attr::new(
+                    attrs::GEN_AI_AGENT_NAME,
+                    request.subagent_type.clone(),
+                ));
+                a.push(Attr::new("fawn.subagent.task_id", request.task_id.clone()));
+                a.push(Attr::new("fawn.model.name", model_name.clone()));
+                if trace::capture_inputs() {
+                    a.push(Attr::new(
+                        attrs::INPUT_VALUE,
+                        attrs::clip(request.prompt.clone()),
+                    ));
+                }
+            },
+        );
         let fut = Loop::new(&graph, &rctx, &cfg, Arc::new(state), -2)
             .with_progress(&progress)
             .run(begin, None);
+        let fut = trace::instrument(fut, &span);
         let output = match tokio::time::timeout(setup.timeout, fut).await {
             Ok(o) => o,
             Err(_) => {
                 cancel.cancel();
+                span.fail("timeout", "the subagent timed out");
+                span.end();
                 return Self::outcome(
                     SubagentStatus::TimedOut,
                     &model_name,
@@ -425,6 +452,17 @@ impl SubagentRunner for SubagentPool {
                 stop_reason,
             ),
         };
+        match &error {
+            Some(e) => span.fail(&format!("{status:?}").to_ascii_lowercase(), e),
+            None => span.ok(),
+        }
+        if trace::capture_outputs() {
+            span.set(fawn_telemetry::trace::Attr::new(
+                fawn_telemetry::trace::attrs::OUTPUT_VALUE,
+                fawn_telemetry::trace::attrs::clip(result.clone()),
+            ));
+        }
+        span.end();
         SubagentOutcome {
             status,
             result: if status == SubagentStatus::Completed {

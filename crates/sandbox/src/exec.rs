@@ -468,6 +468,73 @@ impl Runner {
     }
 }
 
+/// Records one command's end: `fawn_sandbox_commands_total{exit}`, its duration, the
+/// limits it ran into (`fawn_sandbox_limits_hit_total{limit}`) and its span. `quota` says
+/// the thread's workspace was over its quota. Memory is recognised by what the command
+/// printed (a failed allocation under `RLIMIT_DATA` has no signal of its own), so it is a
+/// best effort; CPU time and file size are the signals those limits send.
+pub(crate) fn record(
+    result: &Result<(ExecOutput, bool), SandboxError>,
+    elapsed: Duration,
+    span: &fawn_telemetry::trace::Span,
+) {
+    use fawn_telemetry::trace::Attr;
+    let m = fawn_telemetry::metrics();
+    m.sandbox_duration.observe(elapsed.as_secs_f64());
+    let limit = |name: &str| m.sandbox_limits.with_label_values(&[name]).inc();
+    let (out, quota) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            m.sandbox_commands.with_label_values(&["error"]).inc();
+            span.fail("sandbox_error", &e.to_string());
+            return;
+        }
+    };
+    // SIGXCPU and SIGXFSZ are what RLIMIT_CPU and RLIMIT_FSIZE send.
+    const SIGXCPU: i32 = 24;
+    const SIGXFSZ: i32 = 25;
+    let exit = match out.exit_code {
+        _ if out.timed_out => "timeout",
+        Some(0) => "ok",
+        Some(c) if c < 0 => "signal",
+        Some(_) => "nonzero",
+        None => "signal",
+    };
+    m.sandbox_commands.with_label_values(&[exit]).inc();
+    if out.timed_out {
+        limit("timeout");
+    }
+    match out.exit_code.map(|c| -c) {
+        Some(SIGXCPU) => limit("cpu"),
+        Some(SIGXFSZ) => limit("file_size"),
+        _ => {}
+    }
+    let oom = [
+        "Cannot allocate memory",
+        "MemoryError",
+        "out of memory",
+        "std::bad_alloc",
+    ];
+    if out.exit_code != Some(0) && oom.iter().any(|p| out.stderr.contains(p)) {
+        limit("memory");
+    }
+    if out.stdout_omitted > 0 || out.stderr_omitted > 0 {
+        limit("output");
+    }
+    if *quota {
+        limit("quota");
+    }
+    span.set(Attr::new("fawn.sandbox.exit", exit));
+    if let Some(code) = out.exit_code {
+        span.set(Attr::new("process.exit.code", i64::from(code)));
+    }
+    if exit == "ok" {
+        span.ok();
+    } else {
+        span.fail(exit, &format!("the command ended: {exit}"));
+    }
+}
+
 /// Kills a host command's process group unless disarmed (cancellation, timeout).
 struct GroupKill {
     pgid: Option<u32>,

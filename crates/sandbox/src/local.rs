@@ -846,17 +846,13 @@ fn add_with_parents(dirs: &mut Vec<String>, d: &str) {
     }
 }
 
-#[async_trait]
-impl Sandbox for LocalSandbox {
-    fn id(&self) -> &str {
-        &self.id
-    }
-
-    fn paths(&self) -> &ThreadPaths {
-        &self.paths
-    }
-
-    async fn execute(&self, command: &str, opts: ExecOptions) -> Result<ExecOutput, SandboxError> {
+impl LocalSandbox {
+    /// [`Sandbox::execute`] without its span and metrics.
+    async fn execute_inner(
+        &self,
+        command: &str,
+        opts: ExecOptions,
+    ) -> Result<(ExecOutput, bool), SandboxError> {
         self.ensure_dirs().await?;
         // Past the quota a command still runs (so it can delete files) but cannot write
         // a single byte to a file.
@@ -875,14 +871,51 @@ impl Sandbox for LocalSandbox {
         let secrets: Vec<&str> = opts.env.iter().map(|(_, v)| v.as_str()).collect();
         out.stdout = output::redact_secrets(&m.mask(&out.stdout), secrets.iter().copied());
         out.stderr = output::redact_secrets(&m.mask(&out.stderr), secrets.iter().copied());
-        if let Some(e) = over_quota.or(self.check_quota(0).await.err()) {
+        let quota = over_quota.or(self.check_quota(0).await.err());
+        let quota_hit = quota.is_some();
+        if let Some(e) = quota {
             if !out.stderr.is_empty() && !out.stderr.ends_with('\n') {
                 out.stderr.push('\n');
             }
             out.stderr
                 .push_str(&format!("{e}; until then commands cannot write files"));
         }
-        Ok(out)
+        Ok((out, quota_hit))
+    }
+}
+
+#[async_trait]
+impl Sandbox for LocalSandbox {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn paths(&self) -> &ThreadPaths {
+        &self.paths
+    }
+
+    async fn execute(&self, command: &str, opts: ExecOptions) -> Result<ExecOutput, SandboxError> {
+        let started = std::time::Instant::now();
+        let span = fawn_telemetry::trace::start(
+            "sandbox.exec",
+            fawn_telemetry::trace::Kind::Internal,
+            |a| {
+                use fawn_telemetry::trace::{Attr, attrs};
+                a.push(Attr::new(attrs::OI_SPAN_KIND, "CHAIN"));
+                a.push(Attr::new("fawn.sandbox.id", self.id.clone()));
+                if fawn_telemetry::trace::capture_inputs() {
+                    a.push(Attr::new(
+                        attrs::INPUT_VALUE,
+                        attrs::clip(command.to_string()),
+                    ));
+                }
+            },
+        );
+        let result =
+            fawn_telemetry::trace::instrument(self.execute_inner(command, opts), &span).await;
+        crate::exec::record(&result, started.elapsed(), &span);
+        span.end();
+        result.map(|(out, _)| out)
     }
 
     async fn read_bytes(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, SandboxError> {

@@ -560,13 +560,17 @@ impl<'a> Loop<'a> {
                 let executor = &executor;
                 let ctx = self.ctx;
                 async move {
+                    let observed = tools::ObservedCall::start(&request);
                     // A tool that panics becomes an error answer, not a dead run.
-                    let call =
-                        std::panic::AssertUnwindSafe(chain.call_tool(request, ctx, executor));
+                    let call = std::panic::AssertUnwindSafe(fawn_telemetry::trace::instrument(
+                        chain.call_tool(request, ctx, executor),
+                        observed.span(),
+                    ));
                     let result = match futures::FutureExt::catch_unwind(call).await {
                         Ok(r) => r,
                         Err(_) => Err(ToolError::Failed("the tool panicked".into())),
                     };
+                    observed.end(&result);
                     (i, result)
                 }
             })

@@ -2,8 +2,10 @@
 
 use fawn_middleware::{RunContext, ToolCallHandler, ToolCallRequest, ToolCallResult};
 use fawn_state::{InvalidToolCall, Message};
+use fawn_telemetry::trace::{self, Attr, Kind, Span, attrs};
 use fawn_tools::{SubagentRunner, ToolContext, ToolError};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Executes tools for the chain (the innermost `ToolCallHandler`).
 pub(crate) struct ToolExecutor<'a> {
@@ -46,6 +48,81 @@ impl ToolCallHandler for ToolExecutor<'_> {
             update,
             end_run,
         })
+    }
+}
+
+/// One tool call, measured (`fawn_tool_calls_total`, `fawn_tool_call_duration_seconds`) and
+/// traced (an `execute_tool {name}` span, current while the call runs, so a subagent's or
+/// a sandbox command's spans hang under it). Calls to tools the run does not have count
+/// as `unknown`, so a model inventing names cannot grow the label set.
+pub(crate) struct ObservedCall {
+    name: String,
+    known: bool,
+    started: Instant,
+    span: Span,
+}
+
+impl ObservedCall {
+    pub(crate) fn start(request: &ToolCallRequest) -> ObservedCall {
+        let call = &request.call;
+        let span = trace::start(format!("execute_tool {}", call.name), Kind::Internal, |a| {
+            attrs::SpanKind::Tool.attrs(a);
+            a.push(Attr::new(attrs::GEN_AI_OPERATION, "execute_tool"));
+            a.push(Attr::new(attrs::GEN_AI_TOOL_NAME, call.name.clone()));
+            a.push(Attr::new(attrs::TOOL_NAME, call.name.clone()));
+            if let Some(id) = &call.id {
+                a.push(Attr::new(attrs::GEN_AI_TOOL_CALL_ID, id.clone()));
+            }
+            let args = serde_json::Value::Object(call.args.clone()).to_string();
+            a.push(Attr::new(attrs::TOOL_ARGS_BYTES, args.len() as i64));
+            if trace::capture_inputs() {
+                a.push(Attr::new(attrs::INPUT_VALUE, attrs::clip(args)));
+                a.push(Attr::new(attrs::INPUT_MIME, "application/json"));
+            }
+        });
+        ObservedCall {
+            name: call.name.clone(),
+            known: request.tool.is_some(),
+            started: Instant::now(),
+            span,
+        }
+    }
+
+    pub(crate) fn span(&self) -> &Span {
+        &self.span
+    }
+
+    pub(crate) fn end(self, result: &Result<ToolCallResult, ToolError>) {
+        let outcome = match result {
+            Ok(r) if r.message.status.as_deref() == Some("error") => "error",
+            Ok(_) => "ok",
+            Err(ToolError::Cancelled) => "cancelled",
+            Err(_) => "error",
+        };
+        let label = if self.known {
+            self.name.as_str()
+        } else {
+            "unknown"
+        };
+        fawn_telemetry::metrics().tool_call(label, outcome, self.started.elapsed().as_secs_f64());
+        self.span.set(Attr::new(attrs::TOOL_OUTCOME, outcome));
+        match result {
+            Ok(r) => {
+                if trace::capture_outputs() {
+                    self.span.set(Attr::new(
+                        attrs::OUTPUT_VALUE,
+                        attrs::clip(r.message.text()),
+                    ));
+                }
+                if outcome == "error" {
+                    self.span.fail("tool_error", &attrs::clip(r.message.text()));
+                } else {
+                    self.span.ok();
+                }
+            }
+            Err(e) => self.span.fail(outcome, &e.to_string()),
+        }
+        self.span.end();
     }
 }
 
