@@ -515,6 +515,8 @@ fn parse_app(
                 | "run_ownership"
                 | "stream_bridge"
                 | "run_events"
+                | "metrics"
+                | "log"
         );
         if !known {
             if IGNORED_DEERFLOW_SECTIONS.contains(&key.as_str()) {
@@ -631,6 +633,17 @@ fn parse_app(
                     );
                 }
             }
+            "metrics" => {
+                let m: MetricsConfig = parse_section(&path, value, r);
+                match &m.token {
+                    Some(t) if t.trim().len() < MIN_METRICS_TOKEN_LEN => r.error(
+                        keypath::key(&path, "token"),
+                        format!("must be at least {MIN_METRICS_TOKEN_LEN} characters"),
+                    ),
+                    _ => app.metrics = m,
+                }
+            }
+            "log" => app.log = parse_section(&path, value, r),
             "input_polish" => {
                 let p: InputPolishConfig = parse_section(&path, value, r);
                 if p.max_chars >= 1 {

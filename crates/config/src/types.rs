@@ -40,6 +40,10 @@ pub struct AppConfig {
     pub run_ownership: RunOwnershipConfig,
     pub stream_bridge: StreamBridgeConfig,
     pub run_events: RunEventsConfig,
+    /// Fawn's own: who may scrape `/metrics` besides admins.
+    pub metrics: MetricsConfig,
+    /// Fawn's own: how log lines are written.
+    pub log: LogConfig,
 }
 
 impl Default for AppConfig {
@@ -73,6 +77,8 @@ impl Default for AppConfig {
             stream_bridge: StreamBridgeConfig::default(),
             web: WebConfig::default(),
             run_events: RunEventsConfig::default(),
+            metrics: MetricsConfig::default(),
+            log: LogConfig::default(),
         }
     }
 }
@@ -631,6 +637,35 @@ impl Default for RunEventsConfig {
     }
 }
 
+/// `metrics:` (Fawn's own). `/metrics` answers admins, and scrapers presenting `token` as a
+/// bearer token (`Authorization: Bearer …`; also `FAWN_METRICS_TOKEN`). With
+/// authentication off it answers anyone.
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MetricsConfig {
+    pub token: Option<String>,
+}
+
+/// The shortest `metrics.token` accepted.
+pub const MIN_METRICS_TOKEN_LEN: usize = 16;
+
+/// `log:` (Fawn's own). `format: json` writes one JSON object per line (also
+/// `FAWN_LOG_FORMAT`); the level is `log_level`, `FAWN_LOG` or `RUST_LOG`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LogConfig {
+    pub format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
 /// Where DeerFlow would keep run events (see [`RunEventsConfig`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -850,6 +885,7 @@ impl Default for McpOAuthConfig {
 // Secrets never reach logs: these types print with their secret fields redacted.
 crate::redact::redacted_debug!(ModelConfig, fields: ["api_key"], maps: ["headers"]);
 crate::redact::redacted_debug!(DatabaseConfig, fields: ["url"], maps: []);
+crate::redact::redacted_debug!(MetricsConfig, fields: ["token"], maps: []);
 crate::redact::redacted_debug!(CheckpointerConfig, fields: ["connection_string"], maps: []);
 crate::redact::redacted_debug!(
     McpServerConfig,

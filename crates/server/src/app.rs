@@ -65,6 +65,9 @@ pub struct AppOptions {
     /// `POST /api/test-only/seed-runs` (off by default; `fawn serve` reads
     /// `DEERFLOW_ENABLE_TEST_SEED`), never in production.
     pub test_seed: crate::gateway::seed::TestSeed,
+    /// The bearer token that lets a scraper read `/metrics` (`FAWN_METRICS_TOKEN`);
+    /// `metrics.token` in `config.yaml` wins.
+    pub metrics_token: Option<String>,
 }
 
 impl std::fmt::Debug for AppOptions {
@@ -101,6 +104,9 @@ impl Default for AppOptions {
             auth: crate::auth::AuthOptions::disabled(),
             redis_url: None,
             test_seed: crate::gateway::seed::TestSeed::default(),
+            metrics_token: std::env::var("FAWN_METRICS_TOKEN")
+                .ok()
+                .filter(|t| !t.trim().is_empty()),
         }
     }
 }
@@ -126,6 +132,8 @@ pub enum BuildError {
     Unauthenticated { host: String },
     #[error("authentication: {0}")]
     AuthSecret(#[from] fawn_auth::secret::SecretError),
+    #[error("FAWN_METRICS_TOKEN must be at least {min} characters")]
+    MetricsToken { min: usize },
     #[error(transparent)]
     Runtime(#[from] fawn_runtime::BuildError),
 }
@@ -151,6 +159,8 @@ pub struct Shared {
     pub auth: crate::auth::Auth,
     /// `POST /api/test-only/seed-runs` is served.
     pub test_seed: bool,
+    /// The bearer token scrapers may read `/metrics` with.
+    pub metrics_token: Option<String>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -248,6 +258,17 @@ impl Application {
                  the bound address, FAWN_ALLOWED_HOSTS)."
             );
         }
+        let metrics_token = match settings.app.metrics.token.clone() {
+            Some(t) => Some(t),
+            None => match options.metrics_token.clone() {
+                Some(t) if t.trim().len() < fawn_config::types::MIN_METRICS_TOKEN_LEN => {
+                    return Err(BuildError::MetricsToken {
+                        min: fawn_config::types::MIN_METRICS_TOKEN_LEN,
+                    });
+                }
+                other => other,
+            },
+        };
         let listener = bind_listener(&options.host, options.port).await?;
         let addr = axum::serve::Listener::local_addr(&listener).map_err(|e| BuildError::Bind {
             host: options.host.clone(),
@@ -287,6 +308,7 @@ impl Application {
             tracing::warn!("test-only route POST /api/test-only/seed-runs is ON");
         }
         let state = Arc::new(Shared {
+            metrics_token,
             test_seed: seed.enabled(),
             auth,
             stream: StreamSettings {

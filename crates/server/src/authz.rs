@@ -10,6 +10,9 @@
 //!   same 404 as a missing one. A thread that does not exist yet passes (routes that create
 //!   it stamp the caller as its owner).
 //! * [`Who::Admin`]: an admin (401 anonymous, 403 a plain user).
+//! * [`Who::Metrics`]: an admin, or a scraper presenting the configured metrics token
+//!   (`metrics.token`, `FAWN_METRICS_TOKEN`) as `Authorization: Bearer …` — a token that
+//!   opens nothing else ([`crate::auth::Scraper`]).
 //!
 //! A method the table does not declare for a route is refused (405), never served.
 //! Listings and searches filter by owner in their handlers; ownership is never checked by
@@ -32,6 +35,8 @@ pub enum Who {
     Public,
     User,
     Admin,
+    /// `/metrics`: admins, or the metrics token.
+    Metrics,
 }
 
 /// The methods routes serve (`HEAD` is served as `GET`).
@@ -143,6 +148,9 @@ impl Routes {
         let resource = Resource::of(path);
         let layer = axum::middleware::from_fn(move |req: Request, next: Next| {
             let rules = rules.clone();
+            if let Some(slot) = req.extensions().get::<crate::observe::RouteSlot>() {
+                slot.set(path);
+            }
             async move { enforce(&rules, resource, req, next).await }
         });
         self.router = self.router.route(path, methods.route_layer(layer));
@@ -178,11 +186,14 @@ async fn enforce(rules: &[(M, Who)], resource: Resource, req: Request, next: Nex
     if *who == Who::Public {
         return next.run(req).await;
     }
+    if *who == Who::Metrics && req.extensions().get::<crate::auth::Scraper>().is_some() {
+        return next.run(req).await;
+    }
     let principal = match req.extensions().get::<Caller>() {
         Some(Caller(Some(p))) => p.clone(),
         _ => return unauthenticated().into_response(),
     };
-    if *who == Who::Admin && !principal.is_admin() {
+    if matches!(who, Who::Admin | Who::Metrics) && !principal.is_admin() {
         return ApiError::new(StatusCode::FORBIDDEN, "Admin access required").into_response();
     }
     if resource == Resource::None || principal.scope().is_none() {

@@ -12,6 +12,7 @@ pub mod authz;
 pub mod error;
 pub mod extract;
 pub mod gateway;
+pub mod observe;
 pub mod openapi;
 pub mod routes;
 pub mod sse;

@@ -28,6 +28,7 @@ fn who_name(w: Who) -> &'static str {
         Who::Public => "public",
         Who::User => "user",
         Who::Admin => "admin",
+        Who::Metrics => "admin or metrics token",
     }
 }
 

@@ -102,6 +102,28 @@ impl Drop for DisconnectGuard {
     }
 }
 
+/// Counts an SSE stream as open (`fawn_http_sse_streams_open`) while it lives.
+pub struct SseOpen;
+
+impl SseOpen {
+    pub fn new() -> SseOpen {
+        fawn_telemetry::metrics().sse_open.inc();
+        SseOpen
+    }
+}
+
+impl Default for SseOpen {
+    fn default() -> Self {
+        SseOpen::new()
+    }
+}
+
+impl Drop for SseOpen {
+    fn drop(&mut self) {
+        fawn_telemetry::metrics().sse_open.dec();
+    }
+}
+
 /// Asked at each heartbeat: true = the run ended elsewhere, close the stream.
 pub type Liveness = Arc<dyn Fn() -> BoxFuture<'static, bool> + Send + Sync>;
 
@@ -113,6 +135,7 @@ struct RunStreamState {
     finished: bool,
     guard: DisconnectGuard,
     liveness: Option<Liveness>,
+    _open: SseOpen,
 }
 
 fn frame_events(events: &[Arc<Event>], include_ids: bool) -> Bytes {
@@ -149,6 +172,7 @@ pub fn run_stream_body(
         finished: false,
         guard,
         liveness,
+        _open: SseOpen::new(),
     };
     let stream = futures::stream::unfold(state, |mut st| async move {
         loop {
@@ -221,6 +245,7 @@ struct ThreadStreamState {
     modes: ThreadModes,
     heartbeat: Interval,
     shutdown: CancellationToken,
+    _open: SseOpen,
 }
 
 fn thread_item_bytes(modes: ThreadModes, run_id: &str, item: &ThreadItem) -> Option<Bytes> {
@@ -265,6 +290,7 @@ pub fn thread_stream_body(
         modes,
         heartbeat: interval(settings.heartbeat),
         shutdown: settings.shutdown.clone(),
+        _open: SseOpen::new(),
     };
     let stream = futures::stream::unfold(state, |mut st| async move {
         for e in st.replay.by_ref() {

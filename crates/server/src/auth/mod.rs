@@ -239,6 +239,27 @@ impl Principal {
     }
 }
 
+/// A request that presented the metrics token: it may read `/metrics` ([`crate::authz::Who::Metrics`])
+/// and is anonymous everywhere else.
+#[derive(Clone, Copy, Debug)]
+pub struct Scraper;
+
+/// Whether `headers` present `token` as `Authorization: Bearer …` (compared in constant
+/// time).
+fn presents_metrics_token(headers: &HeaderMap, token: &str) -> bool {
+    let Some(v) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let Some((scheme, cred)) = v.trim().split_once(' ') else {
+        return false;
+    };
+    scheme.eq_ignore_ascii_case("bearer")
+        && fawn_auth::constant_time_eq(cred.trim().as_bytes(), token.as_bytes())
+}
+
 /// The caller of a request, as resolved by [`authenticate`]: `None` is anonymous.
 #[derive(Clone, Debug)]
 pub struct Caller(pub Option<Principal>);
@@ -385,6 +406,15 @@ pub async fn resolve(app: &AppState, headers: &HeaderMap) -> Result<Caller, Resp
 /// The authentication middleware (over every route, after the host/origin guard): resolves
 /// the caller, checks CSRF for cookie sessions, and hands the caller to the route.
 pub async fn authenticate(State(app): State<AppState>, mut req: Request, next: Next) -> Response {
+    if app.auth.enabled()
+        && let Some(token) = app.metrics_token.as_deref()
+        && presents_metrics_token(req.headers(), token)
+    {
+        req.extensions_mut().insert(Caller(None));
+        req.extensions_mut().insert(Scraper);
+        req.extensions_mut().insert(app);
+        return next.run(req).await;
+    }
     let caller = match resolve(&app, req.headers()).await {
         Ok(c) => c,
         Err(resp) => return resp,

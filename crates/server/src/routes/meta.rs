@@ -1,11 +1,11 @@
-//! `/ok`, `/info`, `/health` and the `/internal/truncate` test hook.
+//! `/ok`, `/info`, `/health`, `/metrics` and the `/internal/truncate` test hook.
 
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::OptionalJsonBody;
+use crate::extract::{OptionalJsonBody, Query};
 use crate::wire::ok as json_ok;
 use axum::extract::State;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use fawn_checkpoint::Truncate;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -31,7 +31,7 @@ pub async fn info(State(app): State<AppState>) -> Response {
         "flags": {
             "assistants": true,
             "crons": true,
-            "langsmith": false,
+            "langsmith": fawn_telemetry::trace::destinations().contains(&"langsmith"),
             "langsmith_tracing_replicas": false,
             "langsmith_tracing_session_on_runs": false,
         },
@@ -68,6 +68,80 @@ pub async fn health(State(app): State<AppState>) -> Response {
     } else {
         crate::wire::json_response(axum::http::StatusCode::SERVICE_UNAVAILABLE, &body)
     }
+}
+
+/// `GET /metrics`: every metric family in Prometheus' text format, or with `?format=json`
+/// the same figures as JSON, with the official server's `queue` and `workers` keys and the
+/// pool under the backend's name. The gauges of the moment (queue, pool, process) are read
+/// now; an unknown format answers the text format, as the official server does.
+pub async fn metrics(State(app): State<AppState>, query: Query) -> Response {
+    let m = fawn_telemetry::metrics();
+    let queue = match app.store.queue_stats().await {
+        Ok(q) => {
+            m.runs_pending
+                .set(i64::try_from(q.pending).unwrap_or(i64::MAX));
+            m.runs_running
+                .set(i64::try_from(q.running).unwrap_or(i64::MAX));
+            m.runs_pending_oldest.set(q.oldest_pending_seconds);
+            Some(q)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "reading the queue for /metrics failed");
+            None
+        }
+    };
+    let pool = app.store.pool_stats();
+    m.db_pool
+        .with_label_values(&["open"])
+        .set(i64::from(pool.open));
+    m.db_pool
+        .with_label_values(&["idle"])
+        .set(i64::from(pool.idle));
+    m.db_pool
+        .with_label_values(&["in_use"])
+        .set(i64::from(pool.in_use));
+    m.db_pool_max.set(i64::from(pool.max));
+    m.db_pool_waiting.set(i64::from(pool.waiting));
+    let max = app.queue.cfg.max_concurrent_runs;
+    let active = app.queue.active_count();
+    m.runs_executing_max
+        .set(i64::try_from(max).unwrap_or(i64::MAX));
+    if query.get("format") == Some("json") {
+        let mut body = m.render_json();
+        if let Value::Object(o) = &mut body {
+            o.insert(
+                "queue".into(),
+                match queue {
+                    Some(q) => json!({
+                        "n_pending": q.pending,
+                        "n_running": q.running,
+                        "pending_runs_wait_time_max_secs": q.oldest_pending_seconds,
+                    }),
+                    None => Value::Null,
+                },
+            );
+            o.insert(
+                "workers".into(),
+                json!({"max": max, "active": active, "available": max.saturating_sub(active)}),
+            );
+            o.insert(
+                app.store.backend().into(),
+                json!({
+                    "pool_max": pool.max,
+                    "pool_size": pool.open,
+                    "pool_available": pool.idle,
+                    "requests_queued": pool.waiting,
+                }),
+            );
+        }
+        return json_ok(&body);
+    }
+    let mut resp = m.render_text().into_response();
+    resp.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static(fawn_telemetry::metrics::TEXT_CONTENT_TYPE),
+    );
+    resp
 }
 
 #[derive(Debug, Default, Deserialize)]

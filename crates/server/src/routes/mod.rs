@@ -25,6 +25,7 @@ fn api() -> Routes {
         .route("/ok", &[(Get, Public)], get(meta::ok))
         .route("/info", &[(Get, Public)], get(meta::info))
         .route("/health", &[(Get, Public)], get(meta::health))
+        .route("/metrics", &[(Get, Metrics)], get(meta::metrics))
         .route(
             "/openapi.json",
             &[(Get, Public)],
@@ -252,5 +253,6 @@ pub fn router(state: AppState) -> Router {
             crate::access::guard,
         ))
         .layer(cors)
+        .layer(axum::middleware::from_fn(crate::observe::observe))
         .with_state(state)
 }

@@ -623,7 +623,9 @@ async fn every_route_declares_who_may_call_it(db: Db) {
         let changes_assistant = spec.path.starts_with("/assistants/{assistant_id}")
             && (matches!(spec.method, M::Patch | M::Delete) || spec.path.ends_with("/latest"));
         match (spec.who, owned) {
-            (Who::Admin, _) => assert_eq!(other.status, 403, "{m} {url} as a user: {}", other.body),
+            (Who::Admin | Who::Metrics, _) => {
+                assert_eq!(other.status, 403, "{m} {url} as a user: {}", other.body)
+            }
             _ if changes_assistant => {
                 assert_eq!(
                     other.status, 403,
@@ -658,7 +660,7 @@ async fn every_route_declares_who_may_call_it(db: Db) {
                 adm.body
             );
         }
-        if spec.who != Who::Admin {
+        if !matches!(spec.who, Who::Admin | Who::Metrics) {
             let own = call(&app, &alice, m, &url, body.clone()).await;
             assert!(
                 ![401, 403].contains(&own.status),

@@ -40,6 +40,7 @@ mod gateway_workspace;
 mod lead_agent;
 mod meta;
 mod nodes;
+mod observe;
 mod processes;
 mod recovery;
 mod runs;
