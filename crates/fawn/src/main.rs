@@ -188,13 +188,32 @@ fn load_options(path: Option<PathBuf>, strict: bool) -> fawn_config::LoadOptions
 /// Every problem of the configuration, one line each with its key path. Invalid skills are
 /// warnings.
 fn check_config(path: Option<PathBuf>, strict: bool) -> ExitCode {
+    // Tracing destinations come from the environment (as DeerFlow's do): an enabled but
+    // incomplete one is an error too.
+    let trace_errors = match fawn_telemetry::trace::export::TraceConfig::from_env() {
+        Ok(_) => Vec::new(),
+        Err(errors) => errors,
+    };
     let loaded = match fawn_config::load(&load_options(path, strict)) {
-        Ok(l) => l,
+        Ok(l) if trace_errors.is_empty() => l,
+        Ok(_) => {
+            for e in &trace_errors {
+                eprintln!("error: tracing: {e}");
+            }
+            eprintln!("config check failed: {} problem(s)", trace_errors.len());
+            return ExitCode::FAILURE;
+        }
         Err(errors) => {
             for issue in &errors.0 {
                 eprintln!("error: {issue}");
             }
-            eprintln!("config check failed: {} problem(s)", errors.0.len());
+            for e in &trace_errors {
+                eprintln!("error: tracing: {e}");
+            }
+            eprintln!(
+                "config check failed: {} problem(s)",
+                errors.0.len() + trace_errors.len()
+            );
             return ExitCode::FAILURE;
         }
     };
@@ -229,10 +248,15 @@ fn check_config(path: Option<PathBuf>, strict: bool) -> ExitCode {
 /// Commands whose standard output is their result (an API key, a list) log to stderr.
 static LOGS_TO_STDERR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-fn init_logging(level: Option<&str>) {
+/// Log lines: the level from `FAWN_LOG`, else `RUST_LOG`, else `log_level` (default
+/// `info`); the format from `FAWN_LOG_FORMAT`, else `log.format` (`text` or `json`: one
+/// object per line, with the fields of every span it was written in — `request_id`,
+/// `run_id`, `thread_id`, `trace_id`).
+fn init_logging(level: Option<&str>, format: fawn_config::LogFormat) {
     use tracing_subscriber::fmt::writer::BoxMakeWriter;
     let default = level.unwrap_or("info").to_ascii_lowercase();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FAWN_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let to_stderr = LOGS_TO_STDERR.load(std::sync::atomic::Ordering::Relaxed);
     // Colours only on a terminal: log files and CI output stay plain text.
@@ -246,18 +270,37 @@ fn init_logging(level: Option<&str>) {
     } else {
         BoxMakeWriter::new(std::io::stdout)
     };
-    let _ = tracing_subscriber::fmt()
+    let json = match std::env::var("FAWN_LOG_FORMAT")
+        .ok()
+        .as_deref()
+        .map(str::trim)
+    {
+        Some(f) if f.eq_ignore_ascii_case("json") => true,
+        Some(f) if f.eq_ignore_ascii_case("text") => false,
+        _ => format == fawn_config::LogFormat::Json,
+    };
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(ansi)
-        .with_writer(writer)
-        .try_init();
+        .with_writer(writer);
+    let _ = if json {
+        builder
+            .json()
+            .with_current_span(false)
+            .with_span_list(true)
+            .try_init()
+    } else {
+        builder.with_ansi(ansi).try_init()
+    };
 }
 
 fn load_settings(path: Option<PathBuf>, strict: bool) -> anyhow::Result<fawn_config::Settings> {
     let loaded = fawn_config::load(&load_options(path, strict))
         .map_err(|e| anyhow::anyhow!("invalid configuration:\n{e}"))
         .context("loading configuration")?;
-    init_logging(loaded.settings.app.log_level.as_deref());
+    init_logging(
+        loaded.settings.app.log_level.as_deref(),
+        loaded.settings.app.log.format,
+    );
     for w in &loaded.warnings {
         tracing::warn!("config: {w}");
     }
@@ -277,7 +320,20 @@ fn runtime(workers: Option<u16>) -> anyhow::Result<tokio::runtime::Runtime> {
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let settings = load_settings(args.config.clone(), args.strict)?;
+    let tracing_config =
+        fawn_telemetry::trace::export::TraceConfig::from_env().map_err(|errors| {
+            let lines: Vec<String> = errors.iter().map(|e| format!("  tracing: {e}")).collect();
+            anyhow::anyhow!("invalid configuration:\n{}", lines.join("\n"))
+        })?;
     runtime(args.workers)?.block_on(async move {
+        if fawn_telemetry::trace::install(&tracing_config).context("starting trace export")? {
+            tracing::info!(
+                destinations = ?fawn_telemetry::trace::destinations(),
+                capture_inputs = tracing_config.capture_inputs,
+                capture_outputs = tracing_config.capture_outputs,
+                "exporting traces"
+            );
+        }
         let mut auth = fawn_server::auth::AuthOptions::from_env();
         if args.no_auth {
             auth.enabled = false;
@@ -316,7 +372,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             "Fawn is listening on http://{} (LangGraph API at /, /api/langgraph and /api)",
             app.address()
         );
-        app.run_until_stopped().await.context("serving")?;
+        let served = app.run_until_stopped().await.context("serving");
+        // Spans still queued go out before the process ends.
+        fawn_telemetry::trace::shutdown(std::time::Duration::from_secs(5)).await;
+        served?;
         Ok(())
     })
 }

@@ -49,6 +49,12 @@
 //! `--official-script PATH`), then runs the DeerFlow-shaped loads above on both, alternating
 //! (`--rounds`, default 3; `--runs N` per load, default 500).
 //!
+//! `--tracing-cost` measures what traces cost: it starts the mock, an in-process OTLP sink,
+//! Fawn without any trace destination and Fawn exporting to the sink (and, with
+//! `--base-fawn PATH`, another `fawn` binary, e.g. a build of the commit before
+//! observability), runs the DeerFlow-shaped loads on each, alternating, and prints each
+//! target's server CPU per run over the plain Fawn's.
+//!
 //! SIGINT or SIGTERM stops the benchmark together with the servers and the mock it started.
 
 use anyhow::{Context, Result, bail};
@@ -272,6 +278,17 @@ async fn start_server(
     postgres: Option<&str>,
     workload: Workload,
 ) -> Result<Server> {
+    start_server_with(mock_url, postgres, workload, None, &[]).await
+}
+
+/// [`start_server`] with another `fawn` binary and extra environment variables.
+async fn start_server_with(
+    mock_url: &str,
+    postgres: Option<&str>,
+    workload: Workload,
+    binary: Option<&Path>,
+    env: &[(&str, String)],
+) -> Result<Server> {
     let home = tempfile_dir::TempDir::new()?;
     let pg_schema = postgres.map(|url| {
         (
@@ -293,7 +310,12 @@ async fn start_server(
     let cfg = home.0.join("config.yaml");
     std::fs::write(&cfg, config)?;
     let port = free_port()?;
-    let child = Command::new(bin("fawn")?)
+    let program = match binary {
+        Some(b) => b.to_path_buf(),
+        None => bin("fawn")?,
+    };
+    let child = Command::new(program)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         // Authentication off: the figures are the run lifecycle's (auth_cost measures auth).
         .args([
             "serve",
@@ -1120,11 +1142,16 @@ fn print_summary(targets: &[Target], plan: &Plan, sums: &HashMap<(usize, usize),
             );
         }
     }
-    // With two targets, the first over the second.
-    if let [a, b] = targets {
+    // Each target over the first (with two, the first over the second, as before).
+    let pairs: Vec<(usize, usize)> = match targets.len() {
+        2 => vec![(0, 1)],
+        n => (1..n).map(|i| (i, 0)).collect(),
+    };
+    for (ai, bi) in pairs {
+        let (a, b) = (&targets[ai], &targets[bi]);
         println!("== {} / {}", a.name, b.name);
         for (li, (mode, c, _)) in plan.loads.iter().enumerate() {
-            let (Some(x), Some(y)) = (sums.get(&(0, li)), sums.get(&(1, li))) else {
+            let (Some(x), Some(y)) = (sums.get(&(ai, li)), sums.get(&(bi, li))) else {
                 continue;
             };
             let rate = |s: &LoadStats| s.runs() as f64 / s.elapsed;
@@ -1201,6 +1228,117 @@ async fn versus_official(script: &Path, mut plan: Plan) -> Result<()> {
     Ok(())
 }
 
+/// A stand-in OTLP/HTTP collector: answers every request `200` (after reading its body),
+/// counting requests and bytes. Its CPU is the client's, not the server's.
+async fn start_otlp_sink() -> Result<(String, Arc<std::sync::atomic::AtomicU64>)> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let received = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = received.clone();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let mut reader = tokio::io::BufReader::new(socket);
+                loop {
+                    let mut length = 0usize;
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        match reader.read_line(&mut line).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(_) => {}
+                        }
+                        let l = line.trim_end();
+                        if l.is_empty() {
+                            break;
+                        }
+                        if let Some((k, v)) = l.split_once(':')
+                            && k.eq_ignore_ascii_case("content-length")
+                        {
+                            length = v.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    let mut body = vec![0u8; length];
+                    if reader.read_exact(&mut body).await.is_err() {
+                        return;
+                    }
+                    counter.fetch_add(length as u64, std::sync::atomic::Ordering::Relaxed);
+                    let answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
+                    if reader.get_mut().write_all(answer).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Ok((url, received))
+}
+
+/// `--tracing-cost`: what tracing costs a run. The same Fawn with no trace destination and
+/// with one OTLP destination (an in-process sink), plus — with `--base-fawn PATH` — another
+/// build without destinations (e.g. the commit before observability), all on the
+/// DeerFlow-shaped workload, alternating; the ratios of the server CPU per run are printed
+/// against the first target (`fawn`, no destination).
+async fn tracing_cost(base: Option<PathBuf>, plan: Plan) -> Result<()> {
+    let (mock, mock_url) = start_mock()?;
+    let mut plan = plan;
+    plan.mock_pid = Some(mock.child.id());
+    let (sink, received) = start_otlp_sink().await?;
+    println!("mock LLM at {mock_url}, OTLP sink at {sink}");
+    let plain = start_server(&mock_url, None, plan.workload).await?;
+    let traced = start_server_with(
+        &mock_url,
+        None,
+        plan.workload,
+        None,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", sink.clone()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "1000".to_string()),
+        ],
+    )
+    .await?;
+    let based = match &base {
+        Some(b) => Some(start_server_with(&mock_url, None, plan.workload, Some(b), &[]).await?),
+        None => None,
+    };
+    let mut targets = vec![
+        Target {
+            name: "fawn".to_string(),
+            url: plain.url.clone(),
+            assistant: "lead_agent".to_string(),
+            cpu: Cpu::Tree(plain.pid),
+        },
+        Target {
+            name: "fawn+otlp".to_string(),
+            url: traced.url.clone(),
+            assistant: "lead_agent".to_string(),
+            cpu: Cpu::Tree(traced.pid),
+        },
+    ];
+    if let Some(b) = &based {
+        targets.push(Target {
+            name: "base".to_string(),
+            url: b.url.clone(),
+            assistant: "lead_agent".to_string(),
+            cpu: Cpu::Tree(b.pid),
+        });
+    }
+    bench_targets(&targets, &plan).await?;
+    println!(
+        "== the OTLP sink received {} bytes of spans",
+        received.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    if let Some(b) = based {
+        stop_server(b).await?;
+    }
+    stop_server(traced).await?;
+    stop_server(plain).await?;
+    drop(mock);
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let signal = tokio::select! {
@@ -1230,7 +1368,8 @@ const USAGE: &str = "\
 usage: server_load [--quick] [--sqlite-only | --pg-only] [--only MODE:C:RUNS]... [--workload minimal|deerflow]
        server_load --target [NAME=]URL[@PID]... [--target-pid PID] [--assistant [NAME=]ID]...
                    [--workload minimal|deerflow] [--only MODE:C:RUNS]... [--rounds N] [--warmup N] [--runs N]
-       server_load --versus-official [--official-script PATH] [--rounds N] [--warmup N] [--runs N] [--only MODE:C:RUNS]...";
+       server_load --versus-official [--official-script PATH] [--rounds N] [--warmup N] [--runs N] [--only MODE:C:RUNS]...
+       server_load --tracing-cost [--base-fawn PATH] [--rounds N] [--warmup N] [--runs N] [--only MODE:C:RUNS]...";
 
 /// `[NAME=]URL[@PID]`.
 fn parse_target(spec: &str, index: usize) -> Result<(String, String, Option<u32>)> {
@@ -1265,6 +1404,8 @@ struct Args {
     runs: Option<usize>,
     versus: bool,
     official_script: Option<PathBuf>,
+    tracing_cost: bool,
+    base_fawn: Option<PathBuf>,
 }
 
 fn parse_args(args: &[String]) -> Result<Args> {
@@ -1281,6 +1422,8 @@ fn parse_args(args: &[String]) -> Result<Args> {
             "--sqlite-only" => a.sqlite_only = true,
             "--pg-only" => a.pg_only = true,
             "--versus-official" => a.versus = true,
+            "--tracing-cost" => a.tracing_cost = true,
+            "--base-fawn" => a.base_fawn = Some(value()?.into()),
             "--only" => a.only.push(parse_only(&value()?)?),
             "--workload" => a.workload = Some(Workload::parse(&value()?)?),
             "--target" => a.targets.push(value()?),
@@ -1347,7 +1490,7 @@ fn targets_of(a: &Args) -> Result<Vec<Target>> {
 async fn run() -> Result<()> {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let a = parse_args(&argv)?;
-    let side_by_side = a.versus || !a.targets.is_empty();
+    let side_by_side = a.versus || a.tracing_cost || !a.targets.is_empty();
     if a.versus && !a.targets.is_empty() {
         bail!("--versus-official starts its own servers: drop --target");
     }
@@ -1377,6 +1520,11 @@ async fn run() -> Result<()> {
             warmup: a.warmup.unwrap_or(200),
             mock_pid: None,
         };
+        if a.tracing_cost {
+            plan.workload = a.workload.unwrap_or(Workload::Deerflow);
+            plan.rounds = a.rounds.unwrap_or(3);
+            return tracing_cost(a.base_fawn.clone(), plan).await;
+        }
         if a.versus {
             if a.workload == Some(Workload::Minimal) {
                 bail!("--versus-official runs the deerflow workload");
