@@ -441,11 +441,21 @@ impl Converter {
             }
             "content_block_start" => {
                 let block = data.get("content_block").cloned().unwrap_or(Value::Null);
-                let bty = block
+                let mut bty = block
                     .get("type")
                     .and_then(Value::as_str)
                     .unwrap_or("")
                     .to_string();
+                let name = block
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .filter(|n| !n.trim().is_empty());
+                if bty == "tool_use" && name.is_none() {
+                    // A call that names no tool can be neither run nor answered: drop it, and
+                    // with it the arguments that stream into its block.
+                    tracing::warn!(block = %block, "dropped a tool_use block without a tool name");
+                    bty = "tool_use (no name)".to_string();
+                }
                 self.block_types.insert(index, bty.clone());
                 match bty.as_str() {
                     "text" => {
@@ -466,10 +476,7 @@ impl Converter {
                     "tool_use" => {
                         let mut m = self.blank();
                         m.tool_call_chunks.push(ToolCallChunk {
-                            name: block
-                                .get("name")
-                                .and_then(Value::as_str)
-                                .map(str::to_string),
+                            name: name.map(str::to_string),
                             args: Some(String::new()),
                             id: block.get("id").and_then(Value::as_str).map(str::to_string),
                             index: Some(index),
@@ -498,7 +505,11 @@ impl Converter {
                     "signature_delta" if !self.as_text => {
                         Some(self.thinking_chunk(index, "signature", &s("signature")))
                     }
-                    "input_json_delta" => {
+                    // Only a client tool's input is a tool call: a server tool's
+                    // (`server_tool_use`, run by Anthropic) or a dropped call's is not.
+                    "input_json_delta"
+                        if self.block_types.get(&index).map(String::as_str) == Some("tool_use") =>
+                    {
                         let mut m = self.blank();
                         m.tool_call_chunks.push(ToolCallChunk {
                             name: None,
@@ -597,13 +608,23 @@ impl Converter {
                         out_blocks.push(b);
                     }
                 }
-                "tool_use" => m.tool_call_chunks.push(ToolCallChunk {
-                    name: b.get("name").and_then(Value::as_str).map(str::to_string),
-                    args: Some(b.get("input").cloned().unwrap_or(json!({})).to_string()),
-                    id: b.get("id").and_then(Value::as_str).map(str::to_string),
-                    index: Some(i),
-                    extra: Map::new(),
-                }),
+                "tool_use" => {
+                    let Some(name) = b
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .filter(|n| !n.trim().is_empty())
+                    else {
+                        tracing::warn!(block = %b, "dropped a tool_use block without a tool name");
+                        continue;
+                    };
+                    m.tool_call_chunks.push(ToolCallChunk {
+                        name: Some(name.to_string()),
+                        args: Some(b.get("input").cloned().unwrap_or(json!({})).to_string()),
+                        id: b.get("id").and_then(Value::as_str).map(str::to_string),
+                        index: Some(i),
+                        extra: Map::new(),
+                    })
+                }
                 _ => {}
             }
         }

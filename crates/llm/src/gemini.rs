@@ -1133,6 +1133,15 @@ impl Converter {
                 .filter(|s| !s.is_empty());
             if let Some(fc) = part.get("functionCall") {
                 self.open = None;
+                let Some(name) = fc
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .filter(|n| !n.trim().is_empty())
+                else {
+                    // A call that names no tool can be neither run nor answered.
+                    tracing::warn!(part = %part, "dropped a functionCall without a tool name");
+                    continue;
+                };
                 let index = self.fresh_index();
                 let id = fc
                     .get("id")
@@ -1151,7 +1160,7 @@ impl Converter {
                     signatures.insert(id.clone(), json!(sig));
                 }
                 m.tool_call_chunks.push(ToolCallChunk {
-                    name: fc.get("name").and_then(Value::as_str).map(str::to_string),
+                    name: Some(name.to_string()),
                     args: Some(args),
                     id: Some(id),
                     index: Some(index),

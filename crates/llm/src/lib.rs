@@ -99,14 +99,16 @@ pub trait ChatModel: Send + Sync {
     /// connection) are returned here; errors mid-stream arrive as stream items.
     async fn stream(&self, request: ChatRequest) -> Result<ChunkStream, LlmError>;
 
-    /// The whole answer as one `ai` message.
+    /// The whole answer as one `ai` message, without tool calls that name no tool.
     async fn invoke(&self, request: ChatRequest) -> Result<Message, LlmError> {
         let mut stream = self.stream(request).await?;
         let mut acc = ChunkAccumulator::new();
         while let Some(chunk) = stream.next().await {
             acc.push(&chunk?);
         }
-        Ok(acc.finish())
+        let mut message = acc.finish();
+        message.drop_nameless_tool_calls();
+        Ok(message)
     }
 }
 
