@@ -114,3 +114,27 @@ async fn ollama_call_without_a_name_ends_the_run() {
     nameless_call_ends_the_run("ollama", "ollama/tool_call_empty_name.ndjson").await;
     nameless_call_ends_the_run("ollama", "ollama/tool_call_name_not_string.ndjson").await;
 }
+
+#[tokio::test]
+async fn gemini_streamed_arguments_run_the_tool_once_per_call() {
+    let mock = MockLlm::start().await.unwrap();
+    mock.push(Turn::recording("gemini/function_call_partial_args.sse").unwrap());
+    mock.push(Turn::text("Favourite colour red, size red."));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let agent = AgentBuilder::new(provider_model("gemini", &mock))
+        .tool(Lookup(calls.clone()))
+        .build();
+    let (out, rec) = run(&agent, spec("look up two things")).await;
+    ok(&out);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_eq!(mock.chat_requests().len(), 2);
+    let state = rec.last_state();
+    let ai = &state.messages[1];
+    assert_eq!(ai.tool_calls.len(), 2);
+    assert_eq!(ai.tool_calls[0].args["key"], "favourite colour");
+    assert_eq!(ai.tool_calls[1].args["key"], "size");
+    assert_eq!(
+        state.messages.last().unwrap().text(),
+        "Favourite colour red, size red."
+    );
+}

@@ -137,6 +137,74 @@ async fn ollama_calls_without_a_name_are_dropped() {
 }
 
 #[tokio::test]
+async fn gemini_streamed_function_call_arguments_assemble_into_whole_calls() {
+    let file = "gemini/function_call_partial_args.sse";
+    let mock = MockLlm::start().await.unwrap();
+    mock.push(recording(file));
+    mock.push(Turn::text("Done."));
+    let g = gemini(&mock, json!({}));
+    let (chunks, err) = drain(&g.model, with_tools("look up two things")).await;
+    assert!(err.is_none(), "{err:?}");
+    let m = merge_chunks(&chunks);
+    assert!(
+        m.invalid_tool_calls.is_empty(),
+        "{:?}",
+        m.invalid_tool_calls
+    );
+    assert_eq!(m.tool_calls.len(), 2, "{:?}", m.tool_calls);
+    let first = &m.tool_calls[0];
+    assert_eq!(first.name, "lookup");
+    assert_eq!(
+        serde_json::Value::Object(first.args.clone()),
+        json!({"key": "favourite colour",
+               "options": {"limit": 3, "exact": true, "tags": ["paint", "wall"], "cursor": null}})
+    );
+    let first_id = first.id.clone().unwrap();
+    assert_eq!(
+        m.additional_kwargs[CALL_SIGNATURES_KEY][&first_id], "EpIDCo8DAdHtim8sF2o4c1uQ9w0bXx",
+        "the signature of the call's first part is kept"
+    );
+    let second = &m.tool_calls[1];
+    assert_eq!(second.name, "lookup");
+    assert_eq!(second.id.as_deref(), Some("fc_size_2"));
+    assert_eq!(
+        serde_json::Value::Object(second.args.clone()),
+        json!({"key": "size"})
+    );
+    assert_eq!(m.response_metadata["finish_reason"], "tool_calls");
+
+    // Sent back, the answer is two whole function calls (no fragments), each answered.
+    let mut history = with_tools("look up two things");
+    history.messages.push(m.clone());
+    history.messages.push(Message::tool(
+        "red",
+        first_id.clone(),
+        Some("lookup".into()),
+    ));
+    history
+        .messages
+        .push(Message::tool("large", "fc_size_2", Some("lookup".into())));
+    let reply = g.model.invoke(history).await.unwrap();
+    assert_eq!(reply.text(), "Done.");
+    let sent = mock.last_request().unwrap().json().clone();
+    let model_turn = &sent["contents"][1];
+    assert_eq!(model_turn["role"], "model");
+    let parts = model_turn["parts"].as_array().unwrap();
+    assert_eq!(parts.len(), 2, "{parts:?}");
+    assert_eq!(parts[0]["functionCall"]["name"], "lookup");
+    assert_eq!(parts[0]["functionCall"]["args"]["key"], "favourite colour");
+    assert_eq!(
+        parts[0]["thoughtSignature"],
+        "EpIDCo8DAdHtim8sF2o4c1uQ9w0bXx"
+    );
+    assert_eq!(
+        parts[1]["functionCall"],
+        json!({"name": "lookup", "args": {"key": "size"}, "id": "fc_size_2"})
+    );
+    assert!(!model_turn.to_string().contains("partialArgs"));
+}
+
+#[tokio::test]
 async fn gemini_parts_fawn_does_not_know_are_ignored() {
     let file = "gemini/unknown_parts.sse";
     let mock = MockLlm::start().await.unwrap();
