@@ -323,7 +323,9 @@ pub(crate) struct Converter {
     /// Plain string content (no tools, no thinking) instead of indexed blocks.
     as_text: bool,
     block_types: HashMap<i64, String>,
-    input_usage: Option<Value>,
+    /// The usage counts seen so far: `message_start`'s, each overwritten by the
+    /// `message_delta`s that carry it (Anthropic documents those counts as cumulative).
+    usage_counts: Map<String, Value>,
     model: Option<String>,
     usage: Option<UsageMetadata>,
     stopped: bool,
@@ -385,7 +387,7 @@ impl Converter {
             message_id,
             as_text,
             block_types: HashMap::new(),
-            input_usage: None,
+            usage_counts: Map::new(),
             model: None,
             usage: None,
             stopped: false,
@@ -428,7 +430,9 @@ impl Converter {
         match ty {
             "message_start" => {
                 let msg = data.get("message");
-                self.input_usage = msg.and_then(|m| m.get("usage")).cloned();
+                if let Some(Value::Object(u)) = msg.and_then(|m| m.get("usage")) {
+                    self.usage_counts = u.clone();
+                }
                 self.model = msg
                     .and_then(|m| m.get("model"))
                     .and_then(Value::as_str)
@@ -437,11 +441,21 @@ impl Converter {
             }
             "content_block_start" => {
                 let block = data.get("content_block").cloned().unwrap_or(Value::Null);
-                let bty = block
+                let mut bty = block
                     .get("type")
                     .and_then(Value::as_str)
                     .unwrap_or("")
                     .to_string();
+                let name = block
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .filter(|n| !n.trim().is_empty());
+                if bty == "tool_use" && name.is_none() {
+                    // A call that names no tool can be neither run nor answered: drop it, and
+                    // with it the arguments that stream into its block.
+                    tracing::warn!(block = %block, "dropped a tool_use block without a tool name");
+                    bty = "tool_use (no name)".to_string();
+                }
                 self.block_types.insert(index, bty.clone());
                 match bty.as_str() {
                     "text" => {
@@ -462,10 +476,7 @@ impl Converter {
                     "tool_use" => {
                         let mut m = self.blank();
                         m.tool_call_chunks.push(ToolCallChunk {
-                            name: block
-                                .get("name")
-                                .and_then(Value::as_str)
-                                .map(str::to_string),
+                            name: name.map(str::to_string),
                             args: Some(String::new()),
                             id: block.get("id").and_then(Value::as_str).map(str::to_string),
                             index: Some(index),
@@ -494,7 +505,11 @@ impl Converter {
                     "signature_delta" if !self.as_text => {
                         Some(self.thinking_chunk(index, "signature", &s("signature")))
                     }
-                    "input_json_delta" => {
+                    // Only a client tool's input is a tool call: a server tool's
+                    // (`server_tool_use`, run by Anthropic) or a dropped call's is not.
+                    "input_json_delta"
+                        if self.block_types.get(&index).map(String::as_str) == Some("tool_use") =>
+                    {
                         let mut m = self.blank();
                         m.tool_call_chunks.push(ToolCallChunk {
                             name: None,
@@ -509,8 +524,18 @@ impl Converter {
                 })
             }
             "message_delta" => {
-                let output = n(data.pointer("/usage/output_tokens"));
-                self.usage = Some(usage_metadata(self.input_usage.as_ref(), output));
+                // Every count a delta carries replaces the one known so far: a server tool or
+                // prompt caching can change the input figures after `message_start`.
+                if let Some(Value::Object(u)) = data.get("usage") {
+                    for (k, v) in u {
+                        if !v.is_null() {
+                            self.usage_counts.insert(k.clone(), v.clone());
+                        }
+                    }
+                }
+                let counts = Value::Object(self.usage_counts.clone());
+                let output = n(counts.get("output_tokens"));
+                self.usage = Some(usage_metadata(Some(&counts), output));
                 let mut m = self.blank();
                 if let Some(reason) = data.pointer("/delta/stop_reason").and_then(Value::as_str) {
                     let md = &mut m.response_metadata;
@@ -583,13 +608,23 @@ impl Converter {
                         out_blocks.push(b);
                     }
                 }
-                "tool_use" => m.tool_call_chunks.push(ToolCallChunk {
-                    name: b.get("name").and_then(Value::as_str).map(str::to_string),
-                    args: Some(b.get("input").cloned().unwrap_or(json!({})).to_string()),
-                    id: b.get("id").and_then(Value::as_str).map(str::to_string),
-                    index: Some(i),
-                    extra: Map::new(),
-                }),
+                "tool_use" => {
+                    let Some(name) = b
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .filter(|n| !n.trim().is_empty())
+                    else {
+                        tracing::warn!(block = %b, "dropped a tool_use block without a tool name");
+                        continue;
+                    };
+                    m.tool_call_chunks.push(ToolCallChunk {
+                        name: Some(name.to_string()),
+                        args: Some(b.get("input").cloned().unwrap_or(json!({})).to_string()),
+                        id: b.get("id").and_then(Value::as_str).map(str::to_string),
+                        index: Some(i),
+                        extra: Map::new(),
+                    })
+                }
                 _ => {}
             }
         }
@@ -917,6 +952,33 @@ mod tests {
         assert_eq!(
             turns[1]["content"][0],
             json!({"type": "thinking", "thinking": "hmm ok", "signature": "s1"})
+        );
+    }
+
+    #[test]
+    fn message_delta_usage_replaces_only_the_counts_it_carries() {
+        let mut c = Converter::new("id".into(), true);
+        let events = [
+            json!({"type": "message_start", "message": {"usage": {"input_tokens": 10,
+                "cache_read_input_tokens": 4, "cache_creation_input_tokens": 2, "output_tokens": 1}}}),
+            json!({"type": "message_delta", "delta": {"stop_reason": null},
+                   "usage": {"output_tokens": 5}}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                   "usage": {"input_tokens": 30, "cache_read_input_tokens": null, "output_tokens": 9}}),
+            json!({"type": "message_stop"}),
+        ];
+        for e in &events {
+            c.event("", e).unwrap();
+        }
+        let u = c.finish().unwrap().usage_metadata.unwrap();
+        // input 30 (last delta) + cache read 4 (null keeps the start's) + creation 2.
+        assert_eq!(
+            (u.input_tokens, u.output_tokens, u.total_tokens),
+            (36, 9, 45)
+        );
+        assert_eq!(
+            u.input_token_details.unwrap(),
+            json!({"cache_read": 4, "cache_creation": 2})
         );
     }
 

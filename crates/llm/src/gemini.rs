@@ -8,8 +8,11 @@
 //! `functionResponse` parts. `thoughtSignature`s are kept (on thinking and text blocks, and per
 //! tool call id in `additional_kwargs`) and replayed on later turns, as Gemini 2.5/3 require
 //! for function calling. Thought parts become `thinking` blocks (or `reasoning_content` when
-//! the answer streams as plain text); usage comes from `usageMetadata`. Errors are classified
-//! like the other providers', with Google's `RetryInfo` delay honoured on 429.
+//! the answer streams as plain text); usage comes from `usageMetadata`. A function call whose
+//! arguments stream over several parts (`partialArgs` / `willContinue`) is assembled into one
+//! call; a call that names no tool, and parts Fawn does not use (code execution, built-in
+//! tool calls, …), are dropped. Errors are classified like the other providers', with
+//! Google's `RetryInfo` delay honoured on 429.
 
 use crate::content::{IMAGE_OMITTED_NOTE, image_ref, is_image_block};
 use crate::error::{HttpError, classify_http, classify_reqwest, classify_stream_error};
@@ -22,7 +25,7 @@ use eventsource_stream::Eventsource;
 use fawn_state::{Content, Message, MessageKind, ToolCallChunk, UsageMetadata};
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -1019,6 +1022,8 @@ pub(crate) struct Converter {
     model: Option<String>,
     response_id: Option<String>,
     finish: Option<String>,
+    /// Function calls whose arguments are still streaming (`willContinue`), oldest first.
+    pending: Vec<PendingCall>,
 }
 
 impl Converter {
@@ -1033,6 +1038,7 @@ impl Converter {
             model: None,
             response_id: None,
             finish: None,
+            pending: Vec::new(),
         }
     }
 
@@ -1133,31 +1139,12 @@ impl Converter {
                 .filter(|s| !s.is_empty());
             if let Some(fc) = part.get("functionCall") {
                 self.open = None;
-                let index = self.fresh_index();
-                let id = fc
-                    .get("id")
-                    .and_then(Value::as_str)
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_string)
-                    .unwrap_or_else(|| {
-                        let u = uuid::Uuid::new_v4().simple().to_string();
-                        format!("{SYNTHETIC_ID_PREFIX}{}", &u[..24])
-                    });
-                let args = match fc.get("args") {
-                    Some(Value::Object(o)) => Value::Object(o.clone()).to_string(),
-                    _ => "{}".to_string(),
-                };
-                if let Some(sig) = sig {
-                    signatures.insert(id.clone(), json!(sig));
+                if let Some((chunk, signature)) = self.function_call(fc, sig)? {
+                    if let (Some(sig), Some(id)) = (signature, &chunk.id) {
+                        signatures.insert(id.clone(), json!(sig));
+                    }
+                    m.tool_call_chunks.push(chunk);
                 }
-                m.tool_call_chunks.push(ToolCallChunk {
-                    name: fc.get("name").and_then(Value::as_str).map(str::to_string),
-                    args: Some(args),
-                    id: Some(id),
-                    index: Some(index),
-                    extra: Map::new(),
-                });
-                self.calls += 1;
                 continue;
             }
             let Some(t) = part.get("text").and_then(Value::as_str) else {
@@ -1214,8 +1201,98 @@ impl Converter {
         Ok((!empty).then_some(m))
     }
 
-    /// The closing chunk with the finish reason and usage, or an error if no response carried
-    /// a finish reason.
+    /// One `functionCall` part. A whole call comes back at once. A call whose arguments
+    /// stream (`partialArgs` / `willContinue`, Vertex AI's streamed function-call arguments)
+    /// is assembled across parts and comes back with its last part (one without
+    /// `willContinue`, often an empty `functionCall`) or when the answer ends. A call that
+    /// names no tool never comes back.
+    fn function_call(
+        &mut self,
+        fc: &Value,
+        sig: Option<&str>,
+    ) -> Result<Option<(ToolCallChunk, Option<String>)>, LlmError> {
+        let Some(fc) = fc.as_object() else {
+            return Ok(None);
+        };
+        let wire_id = fc
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty());
+        let name = fc
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|n| !n.trim().is_empty());
+        let partial = fc
+            .get("partialArgs")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        let continues = fc.get("willContinue").and_then(Value::as_bool) == Some(true);
+        // The call this part continues: the one with its id, or, without an id, the call
+        // opened last (unless the part names another tool).
+        let open = match wire_id {
+            Some(id) => self
+                .pending
+                .iter()
+                .position(|c| c.wire_id.as_deref() == Some(id)),
+            None => self
+                .pending
+                .len()
+                .checked_sub(1)
+                .filter(|i| name.is_none() || self.pending[*i].name.as_deref() == name),
+        };
+        let (mut call, slot) = match open {
+            Some(i) => (self.pending.remove(i), i),
+            None => (
+                PendingCall::new(wire_id, self.fresh_index()),
+                self.pending.len(),
+            ),
+        };
+        if call.name.is_none() {
+            call.name = name.map(str::to_string);
+        }
+        if call.signature.is_none() {
+            call.signature = sig.map(str::to_string);
+        }
+        if let Some(Value::Object(args)) = fc.get("args") {
+            call.args.extend(args.clone());
+        }
+        call.apply_partial_args(partial)?;
+        if continues {
+            self.pending.insert(slot, call);
+            return Ok(None);
+        }
+        Ok(self.complete(call))
+    }
+
+    /// The tool-call chunk of a finished call (and its signature); none for a call that
+    /// names no tool, which can be neither run nor answered.
+    fn complete(&mut self, call: PendingCall) -> Option<(ToolCallChunk, Option<String>)> {
+        let Some(name) = call.name else {
+            if call.args.is_empty() && call.wire_id.is_none() {
+                tracing::debug!("ignored an empty functionCall part");
+            } else {
+                tracing::warn!(args = ?call.args, "dropped a functionCall without a tool name");
+            }
+            return None;
+        };
+        let id = call.wire_id.unwrap_or_else(|| {
+            let u = uuid::Uuid::new_v4().simple().to_string();
+            format!("{SYNTHETIC_ID_PREFIX}{}", &u[..24])
+        });
+        self.calls += 1;
+        let chunk = ToolCallChunk {
+            name: Some(name),
+            args: Some(Value::Object(call.args).to_string()),
+            id: Some(id),
+            index: Some(call.index),
+            extra: Map::new(),
+        };
+        Some((chunk, call.signature))
+    }
+
+    /// The closing chunk with the finish reason, usage and any call whose arguments were
+    /// still streaming, or an error if no response carried a finish reason.
     pub(crate) fn finish(&mut self) -> Result<Message, LlmError> {
         let Some(raw) = self.finish.clone() else {
             return Err(LlmError::Connection {
@@ -1223,6 +1300,19 @@ impl Converter {
             });
         };
         let mut m = self.blank();
+        let mut signatures = Map::new();
+        for call in std::mem::take(&mut self.pending) {
+            if let Some((chunk, signature)) = self.complete(call) {
+                if let (Some(sig), Some(id)) = (signature, &chunk.id) {
+                    signatures.insert(id.clone(), json!(sig));
+                }
+                m.tool_call_chunks.push(chunk);
+            }
+        }
+        if !signatures.is_empty() {
+            m.additional_kwargs
+                .insert(CALL_SIGNATURES_KEY.into(), Value::Object(signatures));
+        }
         let md = &mut m.response_metadata;
         md.insert(
             "finish_reason".into(),
@@ -1248,11 +1338,201 @@ impl Converter {
             None => self.blank(),
         };
         let last = self.finish()?;
+        m.tool_call_chunks.extend(last.tool_call_chunks);
+        if let Some(Value::Object(late)) = last.additional_kwargs.get(CALL_SIGNATURES_KEY) {
+            if let Some(Value::Object(sigs)) = m.additional_kwargs.get_mut(CALL_SIGNATURES_KEY) {
+                sigs.extend(late.clone());
+            } else {
+                m.additional_kwargs
+                    .insert(CALL_SIGNATURES_KEY.into(), Value::Object(late.clone()));
+            }
+        }
         m.response_metadata.extend(last.response_metadata);
         m.usage_metadata = last.usage_metadata;
         m.chunk_position = last.chunk_position;
         Ok(m)
     }
+}
+
+/// A function call being assembled from its parts.
+#[derive(Debug)]
+struct PendingCall {
+    /// The id Gemini gave the call, if any (later parts of the call repeat it).
+    wire_id: Option<String>,
+    name: Option<String>,
+    /// Its place among the answer's blocks and calls (taken from its first part).
+    index: i64,
+    args: Map<String, Value>,
+    /// `jsonPath`s whose last string fragment said `willContinue`: the next one appends.
+    open_strings: HashSet<String>,
+    /// The `thoughtSignature` of its first signed part.
+    signature: Option<String>,
+}
+
+/// One step of a `jsonPath`.
+#[derive(Debug, PartialEq)]
+enum PathStep {
+    Key(String),
+    Index(usize),
+}
+
+/// Array indexes beyond this in a `jsonPath` are refused (a runaway index is not an array).
+const MAX_PATH_INDEX: usize = 10_000;
+
+impl PendingCall {
+    fn new(wire_id: Option<&str>, index: i64) -> PendingCall {
+        PendingCall {
+            wire_id: wire_id.map(str::to_string),
+            name: None,
+            index,
+            args: Map::new(),
+            open_strings: HashSet::new(),
+            signature: None,
+        }
+    }
+
+    /// Applies `PartialArg`s: each sets the value at its `jsonPath` (objects and arrays made
+    /// as needed); a string continues the one before it at the same path when that one said
+    /// `willContinue`. A fragment without a value changes nothing.
+    fn apply_partial_args(&mut self, partial: &[Value]) -> Result<(), LlmError> {
+        for p in partial {
+            let Some(path) = p.get("jsonPath").and_then(Value::as_str) else {
+                continue;
+            };
+            let text = p.get("stringValue").and_then(Value::as_str);
+            let value = if text.is_some() {
+                None
+            } else if let Some(v) = p
+                .get("numberValue")
+                .filter(|v| v.is_number())
+                .or_else(|| p.get("boolValue").filter(|v| v.is_boolean()))
+            {
+                Some(v.clone())
+            } else if p.get("nullValue").is_some() {
+                Some(Value::Null)
+            } else {
+                continue;
+            };
+            let steps = parse_json_path(path).ok_or_else(|| LlmError::Malformed {
+                message: format!("functionCall partialArgs: unsupported jsonPath '{path}'"),
+            })?;
+            let append = self.open_strings.contains(path);
+            let slot = slot_at(&mut self.args, &steps).ok_or_else(|| LlmError::Malformed {
+                message: format!(
+                    "functionCall partialArgs: '{path}' does not fit the arguments streamed so far"
+                ),
+            })?;
+            match (text, value) {
+                (Some(t), _) => match slot {
+                    Value::String(s) if append => s.push_str(t),
+                    other => *other = Value::String(t.to_string()),
+                },
+                (None, Some(v)) => *slot = v,
+                (None, None) => {}
+            }
+            if text.is_some() && p.get("willContinue").and_then(Value::as_bool) == Some(true) {
+                self.open_strings.insert(path.to_string());
+            } else {
+                self.open_strings.remove(path);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The steps of an RFC 9535 normalized path below the root: `$.a.b`, `$['a']`, `$.a[0]`.
+/// None for anything else (wildcards, filters, descendants, slices) or the root itself.
+fn parse_json_path(path: &str) -> Option<Vec<PathStep>> {
+    let mut rest = path.strip_prefix('$')?;
+    let mut steps = Vec::new();
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix('.') {
+            let end = r.find(['.', '[']).unwrap_or(r.len());
+            let key = &r[..end];
+            if key.is_empty() || key == "*" {
+                return None;
+            }
+            steps.push(PathStep::Key(key.to_string()));
+            rest = &r[end..];
+        } else if let Some(r) = rest.strip_prefix('[') {
+            if let Some(quote) = r.chars().next().filter(|c| *c == '\'' || *c == '"') {
+                let (key, after) = quoted_name(&r[1..], quote)?;
+                steps.push(PathStep::Key(key));
+                rest = after.strip_prefix(']')?;
+            } else {
+                let end = r.find(']')?;
+                let i: usize = r[..end].parse().ok().filter(|i| *i <= MAX_PATH_INDEX)?;
+                steps.push(PathStep::Index(i));
+                rest = &r[end + 1..];
+            }
+        } else {
+            return None;
+        }
+    }
+    (!steps.is_empty()).then_some(steps)
+}
+
+/// A quoted member name (after its opening quote) and what follows its closing quote.
+fn quoted_name(s: &str, quote: char) -> Option<(String, &str)> {
+    let mut name = String::new();
+    let mut chars = s.char_indices();
+    while let Some((i, c)) = chars.next() {
+        if c == quote {
+            return Some((name, &s[i + 1..]));
+        }
+        if c != '\\' {
+            name.push(c);
+            continue;
+        }
+        let (_, e) = chars.next()?;
+        name.push(match e {
+            'b' => '\u{8}',
+            'f' => '\u{c}',
+            'n' => '\n',
+            'r' => '\r',
+            't' => '\t',
+            'u' => {
+                let hex: String = (0..4)
+                    .filter_map(|_| chars.next().map(|(_, h)| h))
+                    .collect();
+                if hex.len() != 4 {
+                    return None;
+                }
+                char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?
+            }
+            '\'' | '"' | '\\' | '/' => e,
+            _ => return None,
+        });
+    }
+    None
+}
+
+/// The value at `steps` below `root`, made (as `null`) with the objects and arrays that lead
+/// to it; none when a step does not fit what is there (a key into a string, …).
+fn slot_at<'a>(root: &'a mut Map<String, Value>, steps: &[PathStep]) -> Option<&'a mut Value> {
+    let (PathStep::Key(first), rest) = steps.split_first()? else {
+        return None;
+    };
+    let mut cur = root.entry(first.clone()).or_insert(Value::Null);
+    for step in rest {
+        if cur.is_null() {
+            *cur = match step {
+                PathStep::Key(_) => Value::Object(Map::new()),
+                PathStep::Index(_) => Value::Array(Vec::new()),
+            };
+        }
+        cur = match (step, cur) {
+            (PathStep::Key(k), Value::Object(o)) => o.entry(k.clone()).or_insert(Value::Null),
+            (PathStep::Index(i), Value::Array(a)) => {
+                if a.len() <= *i {
+                    a.resize(*i + 1, Value::Null);
+                }
+                &mut a[*i]
+            }
+            _ => return None,
+        };
+    }
+    Some(cur)
 }
 
 struct SseFold {
@@ -1659,5 +1939,143 @@ mod tests {
             .full(&json!({"promptFeedback": {"blockReason": "PROHIBITED_CONTENT"}}))
             .unwrap();
         assert_eq!(blocked.response_metadata["finish_reason"], "content_filter");
+    }
+
+    #[test]
+    fn json_paths_of_streamed_arguments() {
+        use PathStep::{Index, Key};
+        assert_eq!(
+            parse_json_path("$.a.b[2]['c d'][\"e\\\"f\"]['\\u00e9']"),
+            Some(vec![
+                Key("a".into()),
+                Key("b".into()),
+                Index(2),
+                Key("c d".into()),
+                Key("e\"f".into()),
+                Key("é".into())
+            ])
+        );
+        for bad in [
+            "$",
+            "a",
+            "$..a",
+            "$.*",
+            "$[*]",
+            "$[-1]",
+            "$[1:2]",
+            "$['a'",
+            "$[?@.a]",
+            "$.a[",
+            "$[100000]",
+            "$['\\u00']",
+        ] {
+            assert_eq!(parse_json_path(bad), None, "{bad}");
+        }
+        let mut args = Map::new();
+        let steps = parse_json_path("$.list[1].name").unwrap();
+        *slot_at(&mut args, &steps).unwrap() = json!("x");
+        assert_eq!(
+            Value::Object(args.clone()),
+            json!({"list": [null, {"name": "x"}]})
+        );
+        // A key into a string, an index into an object, an index at the root: no fit.
+        for clash in ["$.list[1].name.first", "$.list.name", "$[0]"] {
+            let steps = parse_json_path(clash).unwrap();
+            assert!(slot_at(&mut args, &steps).is_none(), "{clash}");
+        }
+    }
+
+    #[test]
+    fn partial_args_append_strings_only_after_will_continue() {
+        let mut call = PendingCall::new(None, 0);
+        call.apply_partial_args(&[
+            json!({"jsonPath": "$.a", "stringValue": "one ", "willContinue": true}),
+            json!({"jsonPath": "$.a", "stringValue": "two"}),
+            // The previous fragment closed $.a: this one replaces it.
+            json!({"jsonPath": "$.b", "stringValue": "x"}),
+            json!({"jsonPath": "$.b", "stringValue": "y"}),
+            json!({"jsonPath": "$.n", "numberValue": 2.5}),
+            json!({"jsonPath": "$.t", "boolValue": false}),
+            json!({"jsonPath": "$.z", "nullValue": null}),
+            json!({"jsonPath": "$.ignored", "willContinue": true}),
+        ])
+        .unwrap();
+        assert_eq!(
+            Value::Object(call.args.clone()),
+            json!({"a": "one two", "b": "y", "n": 2.5, "t": false, "z": null})
+        );
+        let e = call
+            .apply_partial_args(&[json!({"jsonPath": "$.a.b", "numberValue": 1})])
+            .unwrap_err();
+        assert!(matches!(e, LlmError::Malformed { .. }), "{e:?}");
+        let e = call
+            .apply_partial_args(&[json!({"jsonPath": "$..a", "numberValue": 1})])
+            .unwrap_err();
+        assert!(e.to_string().contains("unsupported jsonPath"), "{e}");
+    }
+
+    #[test]
+    fn streamed_calls_end_with_their_last_part_or_with_the_answer() {
+        let mut c = Converter::new("id".into(), false);
+        let ev = |parts: Value| json!({"candidates": [{"content": {"parts": parts}}]});
+        // Two calls streaming at once, told apart by id; the first ends without an end
+        // marker, the second is still open when the answer ends.
+        let events = [
+            ev(
+                json!([{"functionCall": {"id": "a", "name": "f", "willContinue": true}},
+                      {"functionCall": {"id": "b", "name": "g", "willContinue": true,
+                         "args": {"fixed": 1}}, "thoughtSignature": "sig-b"}]),
+            ),
+            ev(json!([{"functionCall": {"id": "a", "partialArgs": [
+                {"jsonPath": "$.x", "stringValue": "1"}]}}])),
+            ev(json!([{"functionCall": {"id": "b", "partialArgs": [
+                {"jsonPath": "$.y", "stringValue": "par", "willContinue": true}],
+                "willContinue": true}}])),
+            json!({"candidates": [{"content": {"parts": [{"functionCall": {"id": "b",
+                "partialArgs": [{"jsonPath": "$.y", "stringValue": "tial"}],
+                "willContinue": true}}]}, "finishReason": "STOP"}]}),
+        ];
+        let mut chunks: Vec<Message> = events.iter().filter_map(|e| c.event(e).unwrap()).collect();
+        assert_eq!(
+            chunks.len(),
+            1,
+            "only the finished call comes back before the end"
+        );
+        chunks.push(c.finish().unwrap());
+        let m = merge_chunks(&chunks);
+        assert_eq!(m.tool_calls.len(), 2);
+        assert_eq!(
+            (m.tool_calls[0].name.as_str(), m.tool_calls[0].id.as_deref()),
+            ("f", Some("a"))
+        );
+        assert_eq!(
+            Value::Object(m.tool_calls[0].args.clone()),
+            json!({"x": "1"})
+        );
+        assert_eq!(m.tool_calls[1].name, "g");
+        assert_eq!(
+            Value::Object(m.tool_calls[1].args.clone()),
+            json!({"fixed": 1, "y": "partial"})
+        );
+        assert_eq!(
+            m.additional_kwargs[CALL_SIGNATURES_KEY],
+            json!({"b": "sig-b"})
+        );
+        assert_eq!(m.response_metadata["finish_reason"], "tool_calls");
+
+        // A whole (non-streamed) response with streamed-style parts folds the same way.
+        let mut c = Converter::new("id".into(), false);
+        let whole = c
+            .full(&json!({"candidates": [{"content": {"parts": [
+                {"functionCall": {"name": "f", "willContinue": true}, "thoughtSignature": "s"},
+                {"functionCall": {"partialArgs": [{"jsonPath": "$.k", "numberValue": 3}],
+                                  "willContinue": true}}]},
+                "finishReason": "STOP"}]}))
+            .unwrap();
+        let m = merge_chunks([&whole]);
+        assert_eq!(m.tool_calls.len(), 1);
+        assert_eq!(Value::Object(m.tool_calls[0].args.clone()), json!({"k": 3}));
+        let id = m.tool_calls[0].id.clone().unwrap();
+        assert_eq!(m.additional_kwargs[CALL_SIGNATURES_KEY][&id], "s");
     }
 }

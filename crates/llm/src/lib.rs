@@ -114,14 +114,16 @@ pub trait ChatModel: Send + Sync {
         false
     }
 
-    /// The whole answer as one `ai` message.
+    /// The whole answer as one `ai` message, without tool calls that name no tool.
     async fn invoke(&self, request: ChatRequest) -> Result<Message, LlmError> {
         let mut stream = self.stream(request).await?;
         let mut acc = ChunkAccumulator::new();
         while let Some(chunk) = stream.next().await {
             acc.push(&chunk?);
         }
-        Ok(acc.finish())
+        let mut message = acc.finish();
+        message.drop_nameless_tool_calls();
+        Ok(message)
     }
 }
 

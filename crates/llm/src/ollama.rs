@@ -411,6 +411,15 @@ impl Converter {
             .unwrap_or(&[]);
         for call in calls {
             let f = call.get("function").unwrap_or(call);
+            let Some(name) = f
+                .get("name")
+                .and_then(Value::as_str)
+                .filter(|n| !n.trim().is_empty())
+            else {
+                // A call that names no tool can be neither run nor answered.
+                tracing::warn!(call = %call, "dropped a tool call without a tool name");
+                continue;
+            };
             let args = match f.get("arguments") {
                 Some(Value::String(s)) => s.clone(),
                 Some(Value::Object(o)) => Value::Object(o.clone()).to_string(),
@@ -426,7 +435,7 @@ impl Converter {
                     format!("call_{}", &u[..24])
                 });
             m.tool_call_chunks.push(ToolCallChunk {
-                name: f.get("name").and_then(Value::as_str).map(str::to_string),
+                name: Some(name.to_string()),
                 args: Some(args),
                 id: Some(id),
                 index: Some(self.calls),

@@ -340,6 +340,18 @@ impl Message {
         self.kind == MessageKind::Remove && self.id.as_deref() == Some(REMOVE_ALL_MESSAGES)
     }
 
+    /// Removes the tool calls, valid or not, that name no tool (an empty or blank name, or
+    /// none, which is what a provider's non-string name becomes) and returns how many went.
+    /// Such a call can be neither run nor usefully answered: answered with an error, models
+    /// tend to repeat it until a loop limit stops the run.
+    pub fn drop_nameless_tool_calls(&mut self) -> usize {
+        let before = self.tool_calls.len() + self.invalid_tool_calls.len();
+        self.tool_calls.retain(|c| !c.name.trim().is_empty());
+        self.invalid_tool_calls
+            .retain(|c| c.name.as_deref().is_some_and(|n| !n.trim().is_empty()));
+        before - self.tool_calls.len() - self.invalid_tool_calls.len()
+    }
+
     /// True for streamed chunk kinds (`AIMessageChunk`, `HumanMessageChunk`, …).
     pub fn is_chunk(&self) -> bool {
         match &self.kind {

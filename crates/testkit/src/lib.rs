@@ -6,7 +6,9 @@
 //! benchmarks.
 //!
 //! Owns: the script of [`Turn`]s, injectable [`Fault`]s, the stateless [`Behavior`]s used when
-//! the script is empty (echo, demo, rules), and the [`RecordedRequest`] log for assertions.
+//! the script is empty (echo, demo, rules), the [`RecordedRequest`] log for assertions, and
+//! provider response bodies replayed byte for byte ([`Turn::recorded`], the files under
+//! [`RECORDINGS_DIR`]).
 //! Must never know Fawn's own types: it speaks only JSON on the wire, so every Fawn crate
 //! (including `fawn-llm`, whose tests use it) can depend on it.
 //!
@@ -31,7 +33,7 @@ mod server;
 pub use record::RecordedRequest;
 pub use script::{
     Behavior, Chunking, DEMO_PREFIX, DIRECTIVE_MARKER, Directive, Fault, LastRole, MockToolCall,
-    MockUsage, RequestView, Rules, Turn,
+    MockUsage, RECORDINGS_DIR, RequestView, Rules, Turn,
 };
 
 use axum::serve::ListenerExt;

@@ -120,6 +120,10 @@ pub enum Fault {
     Hang,
 }
 
+/// Where [`Turn::recording`] finds recorded provider responses: `recordings/` of this
+/// crate, one file per case, grouped by provider (see `recordings/README.md`).
+pub const RECORDINGS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/recordings");
+
 /// One scripted answer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Turn {
@@ -145,6 +149,9 @@ pub struct Turn {
     pub finish_reason: Option<String>,
     /// Signature of the Anthropic thinking block.
     pub thinking_signature: Option<String>,
+    /// A provider response body replayed verbatim instead of one built from the fields
+    /// above (see [`Turn::recorded`]).
+    pub recording: Option<String>,
 }
 
 impl Default for Turn {
@@ -162,6 +169,7 @@ impl Default for Turn {
             delta_extra: Map::new(),
             finish_reason: None,
             thinking_signature: None,
+            recording: None,
         }
     }
 }
@@ -198,6 +206,30 @@ impl Turn {
             text: text.into(),
             ..Turn::default()
         }
+    }
+
+    /// Replays `body` byte for byte: a response body exactly as a provider sends it — SSE
+    /// events for OpenAI, Anthropic and Gemini streams (the recording carries its own
+    /// `[DONE]`, CRLF line ends, …), NDJSON lines for Ollama, one JSON document when the
+    /// request does not stream. A streamed body is written one SSE event (up to and including
+    /// its blank line) or one NDJSON line at a time, with the turn's chunk delay between
+    /// writes; `MalformedChunk` and `DropConnection` faults count those writes. The other
+    /// answer fields of the turn are ignored; the request is recorded as usual.
+    pub fn recorded(body: impl Into<String>) -> Turn {
+        Turn {
+            recording: Some(body.into()),
+            ..Turn::default()
+        }
+    }
+
+    /// [`Turn::recorded`] with the file `name` under [`RECORDINGS_DIR`]
+    /// (`"anthropic/usage_in_final_message_delta.sse"`).
+    pub fn recording(name: &str) -> std::io::Result<Turn> {
+        let path = std::path::Path::new(RECORDINGS_DIR).join(name);
+        let body = std::fs::read_to_string(&path).map_err(|e| {
+            std::io::Error::new(e.kind(), format!("recording {}: {e}", path.display()))
+        })?;
+        Ok(Turn::recorded(body))
     }
 
     /// A turn that only injects `fault`.

@@ -169,6 +169,17 @@ async fn answer(shared: &Arc<Shared>, protocol: Protocol, body: &Value) -> Respo
         }
     }
 
+    if let Some(body) = &turn.recording {
+        return replay(
+            shared,
+            &protocol,
+            view.stream,
+            body,
+            turn.fault.as_ref(),
+            delay,
+        );
+    }
+
     if view.stream {
         let mut frames: Vec<Bytes> = match protocol {
             Protocol::OpenAi => {
@@ -195,40 +206,14 @@ async fn answer(shared: &Arc<Shared>, protocol: Protocol, body: &Value) -> Respo
         if protocol == Protocol::OpenAi {
             frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
         }
-        let mut drop_at_end = false;
-        match &turn.fault {
-            Some(Fault::MalformedChunk { after_chunks }) => {
-                frames.truncate(*after_chunks);
-                match protocol {
-                    Protocol::OpenAi => {
-                        frames.push(Bytes::from_static(
-                            b"data: {\"id\": \"chatcmpl-broken\", \"choices\": [{\"delta\": \n\n",
-                        ));
-                        frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
-                    }
-                    Protocol::Anthropic => frames.push(Bytes::from_static(
-                        b"event: content_block_delta\ndata: {\"type\": \"content_block_delta\", \"index\": \n\n",
-                    )),
-                    Protocol::Gemini { .. } => frames.push(Bytes::from_static(
-                        b"data: {\"candidates\": [{\"content\": \r\n\r\n",
-                    )),
-                    Protocol::Ollama => frames.push(Bytes::from_static(
-                        b"{\"model\": \"broken\", \"message\": {\n",
-                    )),
-                }
-            }
-            Some(Fault::DropConnection { after_chunks }) => {
-                frames.truncate(*after_chunks);
-                drop_at_end = true;
-            }
-            _ => {}
-        }
-        let content_type = if protocol == Protocol::Ollama {
-            "application/x-ndjson"
-        } else {
-            "text/event-stream"
-        };
-        return stream_response(content_type, frames, delay, drop_at_end, shared.clone());
+        let drop_at_end = cut_stream(&mut frames, turn.fault.as_ref(), &protocol);
+        return stream_response(
+            stream_content_type(&protocol),
+            frames,
+            delay,
+            drop_at_end,
+            shared.clone(),
+        );
     }
 
     let full = match protocol {
@@ -262,6 +247,93 @@ async fn answer(shared: &Arc<Shared>, protocol: Protocol, body: &Value) -> Respo
         }
         _ => json_response(StatusCode::OK, full, None),
     }
+}
+
+fn stream_content_type(protocol: &Protocol) -> &'static str {
+    if *protocol == Protocol::Ollama {
+        "application/x-ndjson"
+    } else {
+        "text/event-stream"
+    }
+}
+
+/// Applies a fault that cuts a stream short: `MalformedChunk` keeps `after_chunks` frames and
+/// adds one the protocol's parser must reject, `DropConnection` keeps `after_chunks` frames
+/// and asks for the connection to be aborted (the returned flag).
+fn cut_stream(frames: &mut Vec<Bytes>, fault: Option<&Fault>, protocol: &Protocol) -> bool {
+    match fault {
+        Some(Fault::MalformedChunk { after_chunks }) => {
+            frames.truncate(*after_chunks);
+            match protocol {
+                Protocol::OpenAi => {
+                    frames.push(Bytes::from_static(
+                        b"data: {\"id\": \"chatcmpl-broken\", \"choices\": [{\"delta\": \n\n",
+                    ));
+                    frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
+                }
+                Protocol::Anthropic => frames.push(Bytes::from_static(
+                    b"event: content_block_delta\ndata: {\"type\": \"content_block_delta\", \"index\": \n\n",
+                )),
+                Protocol::Gemini { .. } => frames.push(Bytes::from_static(
+                    b"data: {\"candidates\": [{\"content\": \r\n\r\n",
+                )),
+                Protocol::Ollama => frames.push(Bytes::from_static(
+                    b"{\"model\": \"broken\", \"message\": {\n",
+                )),
+            }
+            false
+        }
+        Some(Fault::DropConnection { after_chunks }) => {
+            frames.truncate(*after_chunks);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// The frames of a recorded stream: one per SSE event (its lines up to and including the
+/// blank line that ends it; `\n` or `\r\n`), or one per NDJSON line. Whatever follows the
+/// last separator is a frame of its own.
+pub(crate) fn recorded_frames(body: &str, ndjson: bool) -> Vec<Bytes> {
+    let mut frames = Vec::new();
+    let mut current = String::new();
+    for line in body.split_inclusive('\n') {
+        current.push_str(line);
+        if ndjson || line.trim_end_matches(['\r', '\n']).is_empty() {
+            frames.push(Bytes::from(std::mem::take(&mut current)));
+        }
+    }
+    if !current.is_empty() {
+        frames.push(Bytes::from(current));
+    }
+    frames
+}
+
+/// Answers with a recorded body (see [`Turn::recorded`](crate::Turn::recorded)).
+fn replay(
+    shared: &Arc<Shared>,
+    protocol: &Protocol,
+    stream: bool,
+    body: &str,
+    fault: Option<&Fault>,
+    delay: Duration,
+) -> Response {
+    if !stream {
+        return Response::builder()
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
+    }
+    let mut frames = recorded_frames(body, *protocol == Protocol::Ollama);
+    let drop_at_end = cut_stream(&mut frames, fault, protocol);
+    stream_response(
+        stream_content_type(protocol),
+        frames,
+        delay,
+        drop_at_end,
+        shared.clone(),
+    )
 }
 
 fn json_response(status: StatusCode, body: Value, retry_after: Option<u64>) -> Response {
@@ -322,4 +394,30 @@ fn stream_response(
         .header(header::CACHE_CONTROL, "no-cache")
         .body(Body::from_stream(ReceiverStream::new(rx)))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::recorded_frames;
+
+    #[test]
+    fn recorded_bodies_split_into_events_or_lines() {
+        let sse = "event: a\ndata: {}\n\ndata: {\"x\": 1}\r\n\r\ndata: [DONE]\n\ntrailing";
+        let frames: Vec<_> = recorded_frames(sse, false)
+            .iter()
+            .map(|b| String::from_utf8(b.to_vec()).unwrap())
+            .collect();
+        assert_eq!(
+            frames,
+            [
+                "event: a\ndata: {}\n\n",
+                "data: {\"x\": 1}\r\n\r\n",
+                "data: [DONE]\n\n",
+                "trailing"
+            ]
+        );
+        assert_eq!(frames.concat(), sse, "nothing is lost or added");
+        let nd = "{\"a\": 1}\n{\"b\": 2}\n";
+        assert_eq!(recorded_frames(nd, true).len(), 2);
+    }
 }

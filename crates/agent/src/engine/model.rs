@@ -113,6 +113,11 @@ impl ModelCall for ModelInvoker {
             });
         }
         let mut message = acc.finish();
+        // A call that names no tool is never run nor answered: the answer goes on without it.
+        let dropped = message.drop_nameless_tool_calls();
+        if dropped > 0 {
+            tracing::warn!(model = %model.info().name, dropped, "dropped tool calls without a tool name");
+        }
         message.kind = MessageKind::Ai;
         message.id = Some(id);
         Ok(ModelResponse { message })

@@ -11,5 +11,6 @@ mod interrupts;
 mod loop_basics;
 mod mock_llm;
 mod options;
+mod recorded;
 mod subagents;
 mod tools;

@@ -267,11 +267,21 @@ pub struct WireToolCallDelta {
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 pub struct WireFunctionDelta {
-    #[serde(default)]
+    /// A name that is not a string reads as none (the call then names no tool and is
+    /// dropped) instead of failing the whole chunk.
+    #[serde(default, deserialize_with = "string_or_none")]
     pub name: Option<String>,
     /// Normally a JSON text fragment; some gateways send an object.
     #[serde(default)]
     pub arguments: Option<Value>,
+}
+
+/// A string, or `None` for any other JSON value.
+fn string_or_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::String(s) => Some(s),
+        _ => None,
+    })
 }
 
 /// Deserialized by hand.
@@ -896,6 +906,9 @@ mod tests {
             r#"{"choices":[{}],"usage":{}}"#,
             r#"{"choices":[{"delta":{}},{"delta":null,"message":null}]}"#,
             r#"{"choices":[{"delta":{"tool_calls":[{}]}}]}"#,
+            // a function name that is not a string reads as none
+            r#"{"choices":[{"delta":{"tool_calls":[{"function":{"name":42,"arguments":"{}"}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"function":{"name":{"n":"f"}}}]}}]}"#,
         ];
         for input in ok {
             same_as_derived(input).unwrap_or_else(|e| panic!("{input}: {e}"));
@@ -958,6 +971,15 @@ mod tests {
         assert_eq!(call.index, Some(2));
         assert_eq!(call.kind.as_deref(), Some("function"));
         assert_eq!(call.function.as_ref().unwrap().name.as_deref(), Some("f"));
+        let nameless = same_as_derived(
+            r#"{"choices":[{"delta":{"tool_calls":[{"function":{"name":42,"arguments":"{}"}}]}}]}"#,
+        )
+        .unwrap();
+        let f = nameless.choices[0].delta.as_ref().unwrap().tool_calls[0]
+            .function
+            .clone()
+            .unwrap();
+        assert_eq!((f.name, f.arguments), (None, Some(json!("{}"))));
         assert_eq!(call.extra["thought_signature"], "sig");
         assert_eq!(
             call.extra["extra_content"],

@@ -9,5 +9,6 @@ mod ollama;
 mod openai;
 mod params;
 mod reasoning;
+mod recorded;
 mod registry;
 mod support;

@@ -13,8 +13,8 @@
 //! * `NaN`/`Infinity` in tool arguments are not JSON and stay invalid here.
 
 use crate::fixture;
-use fawn_state::{ChunkAccumulator, Message, merge_chunks};
-use serde_json::Value;
+use fawn_state::{ChunkAccumulator, Message, ToolCallChunk, merge_chunks};
+use serde_json::{Map, Value};
 
 fn sequences() -> Vec<Value> {
     let f = fixture("langchain_chunk_merges.json");
@@ -120,4 +120,54 @@ fn snapshot_mid_stream_equals_merge_of_the_prefix() {
         }
         assert_eq!(acc.finish(), merge_chunks(&chunks));
     }
+}
+
+#[test]
+fn nameless_tool_calls_are_dropped_valid_or_not() {
+    let mut a = Message::ai_chunk("").with_id("lc_run--1");
+    a.tool_call_chunks = vec![
+        ToolCallChunk {
+            name: Some("lookup".into()),
+            args: Some(r#"{"key": "a"}"#.into()),
+            id: Some("call_1".into()),
+            index: Some(0),
+            extra: Map::new(),
+        },
+        ToolCallChunk {
+            name: Some(" ".into()),
+            args: Some(r#"{"key": "b"}"#.into()),
+            id: Some("call_2".into()),
+            index: Some(1),
+            extra: Map::new(),
+        },
+        ToolCallChunk {
+            name: None,
+            args: Some(r#"{"key": "c"}"#.into()),
+            id: Some("call_3".into()),
+            index: Some(2),
+            extra: Map::new(),
+        },
+        ToolCallChunk {
+            name: None,
+            args: Some("not json".into()),
+            id: Some("call_4".into()),
+            index: Some(3),
+            extra: Map::new(),
+        },
+        ToolCallChunk {
+            name: Some("lookup".into()),
+            args: Some("not json".into()),
+            id: Some("call_5".into()),
+            index: Some(4),
+            extra: Map::new(),
+        },
+    ];
+    let mut m = merge_chunks([&a]);
+    assert_eq!((m.tool_calls.len(), m.invalid_tool_calls.len()), (3, 2));
+    assert_eq!(m.drop_nameless_tool_calls(), 3);
+    assert_eq!(m.tool_calls.len(), 1);
+    assert_eq!(m.tool_calls[0].id.as_deref(), Some("call_1"));
+    assert_eq!(m.invalid_tool_calls.len(), 1);
+    assert_eq!(m.invalid_tool_calls[0].id.as_deref(), Some("call_5"));
+    assert_eq!(m.drop_nameless_tool_calls(), 0);
 }

@@ -6,4 +6,5 @@ mod faults;
 mod gemini;
 mod ollama;
 mod openai;
+mod recorded;
 mod support;
