@@ -194,6 +194,10 @@ fn check_config(path: Option<PathBuf>, strict: bool) -> ExitCode {
             for issue in &errors.0 {
                 eprintln!("error: {issue}");
             }
+            // Errors first, then what would be skipped or ignored: every problem at once.
+            for issue in errors.warnings() {
+                eprintln!("warning: {issue}");
+            }
             eprintln!("config check failed: {} problem(s)", errors.0.len());
             return ExitCode::FAILURE;
         }
