@@ -29,6 +29,7 @@ mod assistants_store;
 mod auth;
 mod bad_input;
 mod crons;
+mod deerflow_e2e;
 mod gateway;
 mod gateway_agents;
 mod gateway_compact_goal;
