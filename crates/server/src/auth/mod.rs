@@ -14,6 +14,7 @@
 //!
 //! The auth API itself (`/api/v1/auth/*`) is [`routes`].
 
+pub mod bootstrap;
 pub mod routes;
 
 use crate::app::AppState;

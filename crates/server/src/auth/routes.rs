@@ -34,7 +34,7 @@ fn user_json(u: &User) -> Value {
         "id": u.id,
         "email": u.email,
         "system_role": u.system_role,
-        "needs_setup": false,
+        "needs_setup": u.needs_setup,
         "oauth_provider": null,
     })
 }
@@ -228,23 +228,18 @@ pub async fn initialize(
         return Err(already());
     }
     let hash = hash_password(password).await?;
+    // The admin `fawn serve` made on first start (an API key, no password) is the one the
+    // setup completes: same account, so its key and threads are the new admin's.
     let user = app
         .store
-        .create_user(
-            NewUser {
-                email,
-                password_hash: Some(hash),
-                system_role: "admin".into(),
-            },
-            true,
-        )
+        .initialize_admin(&email, &hash)
         .await
         .map_err(|e| match e {
             StoreError::Conflict(m) if m.contains("initialized") => already(),
             StoreError::Conflict(_) => email_taken(),
             other => ApiError::store("creating the first admin", other),
         })?;
-    tracing::info!(email = %user.email, "first admin created");
+    tracing::info!(email = %user.email, "first admin set up");
     adopt_orphans(&app, &user).await;
     let mut resp = json_response(StatusCode::CREATED, &user_json(&user));
     start_session(&app, &headers, &user, remember, &mut resp)?;
@@ -344,6 +339,7 @@ pub async fn register(
                 email,
                 password_hash: Some(hash),
                 system_role: "user".into(),
+                needs_setup: false,
             },
             false,
         )
