@@ -38,6 +38,7 @@ mod gateway_history;
 mod gateway_scheduled;
 mod gateway_skills;
 mod gateway_workspace;
+mod hidden_messages;
 mod lead_agent;
 mod meta;
 mod nodes;
