@@ -311,7 +311,15 @@ pub trait UserStore: Send + Sync {
     /// By email, case-insensitively.
     async fn user_by_email(&self, email: &str) -> Result<Option<User>>;
     async fn count_users(&self) -> Result<u64>;
+    /// Whether an admin exists that is set up (not [`User::needs_setup`]): until then the
+    /// web UI offers its setup page.
     async fn has_admin(&self) -> Result<bool>;
+    /// The first admin, from the web UI's setup: `Conflict("System already initialized")`
+    /// once a set-up admin exists; else the admin waiting for its setup, if there is one,
+    /// gets this email and password (keeping its id, API keys and threads); else a new
+    /// admin is created. `Conflict("Email already registered")` when another account has
+    /// the email. Atomic: of concurrent calls one wins.
+    async fn initialize_admin(&self, email: &str, password_hash: &str) -> Result<User>;
     /// Replaces the password hash and bumps `token_version` (every session ends).
     async fn set_password(&self, user_id: &str, password_hash: &str) -> Result<User>;
     /// Stores a key for an existing user (`NotFound` otherwise).

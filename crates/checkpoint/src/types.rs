@@ -667,6 +667,11 @@ pub struct User {
     pub system_role: String,
     /// Bumped to revoke every session of the user.
     pub token_version: i64,
+    /// Waiting for its setup (DeerFlow's `needs_setup`): the admin created on first start,
+    /// with an API key and no password, until `/api/v1/auth/initialize` gives it an email
+    /// and a password. It does not count as the system's admin
+    /// ([`UserStore::has_admin`](crate::UserStore::has_admin)).
+    pub needs_setup: bool,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -677,6 +682,8 @@ pub struct NewUser {
     pub email: String,
     pub password_hash: Option<String>,
     pub system_role: String,
+    /// See [`User::needs_setup`].
+    pub needs_setup: bool,
 }
 
 /// An API key as stored: never the key itself.

@@ -33,9 +33,18 @@ pub struct Loaded {
     pub warnings: Vec<ConfigIssue>,
 }
 
-/// Every problem that stopped a load. `Display` prints one per line.
+/// Every problem that stopped a load (`.0`; `Display` prints one per line), and the
+/// warnings found beside them ([`ConfigErrors::warnings`]: entries skipped for an
+/// unsupported `use:`, unknown keys, …), so that a check can list every problem at once.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfigErrors(pub Vec<ConfigIssue>);
+pub struct ConfigErrors(pub Vec<ConfigIssue>, Vec<ConfigIssue>);
+
+impl ConfigErrors {
+    /// What the load would have warned about had it succeeded, each with its key path.
+    pub fn warnings(&self) -> &[ConfigIssue] {
+        &self.1
+    }
+}
 
 impl std::fmt::Display for ConfigErrors {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -152,7 +152,7 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded, ConfigErrors> {
     let config_path = resolve_config_path(opts, &mut report);
     let extensions_path = resolve_extensions_path(opts, config_path.as_deref(), &mut report);
     if !report.errors.is_empty() {
-        return Err(ConfigErrors(report.errors));
+        return Err(ConfigErrors(report.errors, report.warnings));
     }
     let config_text = config_path
         .as_deref()
@@ -303,7 +303,7 @@ fn build(
     };
 
     if !report.errors.is_empty() {
-        return Err(ConfigErrors(report.errors));
+        return Err(ConfigErrors(report.errors, report.warnings));
     }
     Ok(Loaded {
         settings: Settings {

@@ -128,6 +128,19 @@ struct ServeArgs {
     /// keys. Without it, serve refuses such an address.
     #[arg(long, env = "FAWN_INSECURE_NO_AUTH")]
     insecure_no_auth: bool,
+    /// On first start (authentication on, no account yet), create an admin with an API key
+    /// and no password, print the key once and keep it in {data dir}/admin_api_key (mode
+    /// 0600); the web UI's setup then gives that admin an email and a password. Default:
+    /// only on a loopback address; `--first-admin-key` on any, `--first-admin-key=false`
+    /// never.
+    #[arg(
+        long,
+        env = "FAWN_FIRST_ADMIN_KEY",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    first_admin_key: Option<bool>,
 }
 
 fn main() -> ExitCode {
@@ -196,9 +209,12 @@ fn check_config(path: Option<PathBuf>, strict: bool) -> ExitCode {
     };
     let loaded = match fawn_config::load(&load_options(path, strict)) {
         Ok(l) if trace_errors.is_empty() => l,
-        Ok(_) => {
+        Ok(l) => {
             for e in &trace_errors {
                 eprintln!("error: tracing: {e}");
+            }
+            for issue in &l.warnings {
+                eprintln!("warning: {issue}");
             }
             eprintln!("config check failed: {} problem(s)", trace_errors.len());
             return ExitCode::FAILURE;
@@ -209,6 +225,10 @@ fn check_config(path: Option<PathBuf>, strict: bool) -> ExitCode {
             }
             for e in &trace_errors {
                 eprintln!("error: tracing: {e}");
+            }
+            // Errors first, then what would be skipped or ignored: every problem at once.
+            for issue in errors.warnings() {
+                eprintln!("warning: {issue}");
             }
             eprintln!(
                 "config check failed: {} problem(s)",
@@ -368,6 +388,16 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let app = fawn_server::Application::build(settings, options)
             .await
             .context("starting the server")?;
+        // Printed before the address is announced: whoever waits for that line has the key.
+        let handle = app.handle();
+        let first = fawn_server::auth::bootstrap::first_admin(
+            &handle,
+            &args.host,
+            args.first_admin_key,
+        );
+        if let Some(first) = first.await.context("first start")? {
+            eprintln!("{}", first.banner());
+        }
         tracing::info!(
             "Fawn is listening on http://{} (LangGraph API at /, /api/langgraph and /api)",
             app.address()
@@ -426,6 +456,7 @@ fn user_command(cmd: UserCommand) -> anyhow::Result<()> {
                     email: email.trim().to_string(),
                     password_hash: password,
                     system_role: if admin { "admin" } else { "user" }.into(),
+                    needs_setup: false,
                 },
                 false,
             )

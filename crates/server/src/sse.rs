@@ -130,6 +130,8 @@ pub type Liveness = Arc<dyn Fn() -> BoxFuture<'static, bool> + Send + Sync>;
 struct RunStreamState {
     sub: Subscription,
     include_ids: bool,
+    /// `values` events leave out DeerFlow's hidden messages ([`crate::wire::hides_internal_messages`]).
+    hide: bool,
     heartbeat: Interval,
     shutdown: CancellationToken,
     finished: bool,
@@ -138,25 +140,35 @@ struct RunStreamState {
     _open: SseOpen,
 }
 
-fn frame_events(events: &[Arc<Event>], include_ids: bool) -> Bytes {
+fn frame_events(events: &[Arc<Event>], include_ids: bool, hide: bool) -> Bytes {
     let size: usize = events
         .iter()
         .map(|e| e.data.len() + e.name.len() + 32)
         .sum();
     let mut buf = Vec::with_capacity(size);
     for e in events {
+        let visible = visible_values(hide, e.base(), &e.data);
         frame(
             &mut buf,
             &e.name,
-            &e.data,
+            visible.as_deref().unwrap_or(&e.data),
             if include_ids { Some(e.id) } else { None },
         );
     }
     Bytes::from(buf)
 }
 
+/// The data of a `values` event without DeerFlow's hidden messages, when `hide` and there
+/// are some; `None` sends the data as it is.
+fn visible_values(hide: bool, base: &str, data: &[u8]) -> Option<Bytes> {
+    (hide && base == "values")
+        .then(|| crate::wire::without_hidden_messages(data))
+        .flatten()
+}
+
 /// The SSE body of a run stream: replay from the subscription's cursor, then live events,
-/// heartbeats while idle, end when the run's log closes (or with a `gap` event).
+/// heartbeats while idle, end when the run's log closes (or with a `gap` event). Called by
+/// the handler: the request's mount decides whether `values` show hidden messages.
 pub fn run_stream_body(
     sub: Subscription,
     include_ids: bool,
@@ -167,6 +179,7 @@ pub fn run_stream_body(
     let state = RunStreamState {
         sub,
         include_ids,
+        hide: crate::wire::hides_internal_messages(),
         heartbeat: interval(settings.heartbeat),
         shutdown: settings.shutdown.clone(),
         finished: false,
@@ -181,7 +194,7 @@ pub fn run_stream_body(
             }
             match st.sub.poll(128) {
                 Next::Events(events) => {
-                    let bytes = frame_events(&events, st.include_ids);
+                    let bytes = frame_events(&events, st.include_ids, st.hide);
                     return Some((Ok::<Bytes, std::convert::Infallible>(bytes), st));
                 }
                 Next::Gap(gap) => {
@@ -207,7 +220,8 @@ pub fn run_stream_body(
                         if let Next::Events(events) = st.sub.poll(usize::MAX) {
                             st.finished = true;
                             st.guard.complete();
-                            return Some((Ok(frame_events(&events, st.include_ids)), st));
+                            let bytes = frame_events(&events, st.include_ids, st.hide);
+                            return Some((Ok(bytes), st));
                         }
                         st.guard.complete();
                         return None;
@@ -243,18 +257,30 @@ struct ThreadStreamState {
     watch: ThreadWatch,
     replay: std::vec::IntoIter<Arc<Event>>,
     modes: ThreadModes,
+    hide: bool,
     heartbeat: Interval,
     shutdown: CancellationToken,
     _open: SseOpen,
 }
 
-fn thread_item_bytes(modes: ThreadModes, run_id: &str, item: &ThreadItem) -> Option<Bytes> {
+fn thread_item_bytes(
+    modes: ThreadModes,
+    hide: bool,
+    run_id: &str,
+    item: &ThreadItem,
+) -> Option<Bytes> {
     let mut buf = Vec::new();
     match item {
         ThreadItem::Event(e) => {
             let is_meta = e.base() == "metadata";
             if modes.run_modes || (modes.lifecycle && is_meta) {
-                frame(&mut buf, &e.name, &e.data, Some(e.id));
+                let visible = visible_values(hide, e.base(), &e.data);
+                frame(
+                    &mut buf,
+                    &e.name,
+                    visible.as_deref().unwrap_or(&e.data),
+                    Some(e.id),
+                );
             } else {
                 return None;
             }
@@ -271,13 +297,15 @@ fn thread_item_bytes(modes: ThreadModes, run_id: &str, item: &ThreadItem) -> Opt
             if !modes.state_update {
                 return None;
             }
-            frame(&mut buf, "values", data, None);
+            let visible = visible_values(hide, "values", data);
+            frame(&mut buf, "values", visible.as_deref().unwrap_or(data), None);
         }
     }
     Some(Bytes::from(buf))
 }
 
-/// `GET /threads/{id}/stream`: every run of the thread, never closing by itself.
+/// `GET /threads/{id}/stream`: every run of the thread, never closing by itself. Called by
+/// the handler (the mount decides whether `values` show hidden messages).
 pub fn thread_stream_body(
     watch: ThreadWatch,
     replay: Vec<Arc<Event>>,
@@ -288,13 +316,14 @@ pub fn thread_stream_body(
         watch,
         replay: replay.into_iter(),
         modes,
+        hide: crate::wire::hides_internal_messages(),
         heartbeat: interval(settings.heartbeat),
         shutdown: settings.shutdown.clone(),
         _open: SseOpen::new(),
     };
     let stream = futures::stream::unfold(state, |mut st| async move {
         for e in st.replay.by_ref() {
-            if let Some(b) = thread_item_bytes(st.modes, "", &ThreadItem::Event(e)) {
+            if let Some(b) = thread_item_bytes(st.modes, st.hide, "", &ThreadItem::Event(e)) {
                 return Some((Ok::<Bytes, std::convert::Infallible>(b), st));
             }
         }
@@ -302,7 +331,7 @@ pub fn thread_stream_body(
             tokio::select! {
                 item = st.watch.rx.recv() => match item {
                     Ok((run_id, item)) => {
-                        if let Some(b) = thread_item_bytes(st.modes, &run_id, &item) {
+                        if let Some(b) = thread_item_bytes(st.modes, st.hide, &run_id, &item) {
                             return Some((Ok(b), st));
                         }
                     }
@@ -327,12 +356,21 @@ struct WaitState {
     guard: DisconnectGuard,
 }
 
-/// A JSON body that is written when `fut` resolves, preceded by `\n` keep-alives.
+/// A JSON body that is written when `fut` resolves, preceded by `\n` keep-alives. `fut`
+/// yields a run's output (thread values): called by the handler, whose mount decides
+/// whether they show hidden messages.
 pub fn wait_body(
     fut: BoxFuture<'static, Bytes>,
     settings: &StreamSettings,
     guard: DisconnectGuard,
 ) -> Body {
+    use futures::FutureExt;
+    let fut = if crate::wire::hides_internal_messages() {
+        fut.map(|b| crate::wire::without_hidden_messages(&b).unwrap_or(b))
+            .boxed()
+    } else {
+        fut
+    };
     let state = WaitState {
         fut: Some(fut),
         keepalive: interval(settings.keepalive),

@@ -100,6 +100,64 @@ pub fn assistant_version(a: &AssistantVersion) -> Value {
     })
 }
 
+// ------------------------------------------------------------------------- hidden messages
+
+/// What DeerFlow marks the messages its UI must not show with (`additional_kwargs`): the
+/// date reminder and memory block of the lead agent, goal continuations, injected images, ….
+const HIDE_FROM_UI: &str = "hide_from_ui";
+
+/// Whether the request being answered leaves DeerFlow's hidden messages out of thread
+/// values: at `/`, the LangGraph-native mount. LangGraph-native UIs know no such marker
+/// (LangChain's Agent Chat UI hides only ids starting with `do-not-render-`, and labels a
+/// thread with its first message), so there the values a client reads or streams are the
+/// conversation as its user sees it; every id in them is the stored one, and forks from any
+/// checkpoint work as before. Under `/api` and `/api/langgraph` (DeerFlow's UI, which hides
+/// them itself and whose history features read them) values are whole. Read while a
+/// handler runs (the mount is a task-local of the request).
+pub fn hides_internal_messages() -> bool {
+    !crate::extract::deerflow_mount()
+}
+
+/// Whether a (serialized) message is one DeerFlow hides from its UI.
+pub fn is_hidden_message(m: &Value) -> bool {
+    m.get("additional_kwargs")
+        .and_then(|k| k.get(HIDE_FROM_UI))
+        .and_then(Value::as_bool)
+        == Some(true)
+}
+
+/// Drops the hidden messages from `values.messages`.
+pub fn drop_hidden_messages(values: &mut Value) {
+    if let Some(Value::Array(messages)) = values.get_mut("messages") {
+        messages.retain(|m| !is_hidden_message(m));
+    }
+}
+
+/// [`drop_hidden_messages`] on serialized values (a `values` event, a `/wait` body): `None`
+/// when there is nothing to drop, so the bytes go out as they are. It parses only values
+/// in which the marker appears.
+pub fn without_hidden_messages(data: &[u8]) -> Option<bytes::Bytes> {
+    const MARKER: &[u8] = b"\"hide_from_ui\":true";
+    if !data.windows(MARKER.len()).any(|w| w == MARKER) {
+        return None;
+    }
+    let mut values: Value = serde_json::from_slice(data).ok()?;
+    let before = values.get("messages").and_then(Value::as_array)?.len();
+    drop_hidden_messages(&mut values);
+    if values.get("messages").and_then(Value::as_array)?.len() == before {
+        return None;
+    }
+    serde_json::to_vec(&values).ok().map(bytes::Bytes::from)
+}
+
+/// Thread values as this request answers them (see [`hides_internal_messages`]).
+fn answered_values(mut values: Value) -> Value {
+    if hides_internal_messages() {
+        drop_hidden_messages(&mut values);
+    }
+    values
+}
+
 // --------------------------------------------------------------------------------- threads
 
 pub fn thread(t: &Thread) -> Value {
@@ -114,7 +172,10 @@ pub fn thread(t: &Thread) -> Value {
     m.insert("metadata".into(), Value::Object(t.metadata.clone()));
     m.insert("status".into(), Value::String(t.status.as_str().into()));
     m.insert("config".into(), Value::Object(t.config.clone()));
-    m.insert("values".into(), t.values.clone().unwrap_or(Value::Null));
+    m.insert(
+        "values".into(),
+        t.values.clone().map_or(Value::Null, answered_values),
+    );
     m.insert("interrupts".into(), Value::Object(t.interrupts.clone()));
     m.insert("error".into(), t.error.clone().unwrap_or(Value::Null));
     Value::Object(m)
@@ -292,7 +353,9 @@ pub fn thread_state_with(c: &Checkpoint, ran: Option<&[(String, Value)]>) -> Val
     let mut m = Map::new();
     m.insert(
         "values".into(),
-        serde_json::to_value(&c.state).unwrap_or_else(|_| Value::Object(Map::new())),
+        answered_values(
+            serde_json::to_value(&c.state).unwrap_or_else(|_| Value::Object(Map::new())),
+        ),
     );
     m.insert("next".into(), json!(c.next));
     m.insert(
@@ -374,6 +437,31 @@ pub fn item(i: &Item) -> Value {
 mod tests {
     use super::*;
     use chrono::TimeZone;
+
+    #[test]
+    fn hidden_messages_leave_serialized_values_and_nothing_else_does() {
+        let hidden = json!({"type": "system", "id": "x", "content": "<system-reminder>…",
+                            "additional_kwargs": {"hide_from_ui": true}});
+        let user = json!({"type": "human", "id": "x__user",
+                          "content": "say \"hide_from_ui\":true", "additional_kwargs": {}});
+        let tool_args = json!({"type": "ai", "id": "a", "content": "",
+                               "tool_calls": [{"name": "t", "id": "c", "args": {"hide_from_ui": true}}],
+                               "additional_kwargs": {"hide_from_ui": false}});
+        let values = json!({"messages": [hidden, user, tool_args], "title": "t"});
+        let out = without_hidden_messages(&serde_json::to_vec(&values).unwrap()).unwrap();
+        let out: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(out, json!({"messages": [user, tool_args], "title": "t"}));
+        // Nothing hidden (the marker text only inside a string, or in tool arguments): the
+        // bytes go out untouched.
+        for v in [
+            json!({"messages": [user, tool_args]}),
+            json!({"messages": []}),
+            json!({"title": "no messages"}),
+        ] {
+            assert!(without_hidden_messages(&serde_json::to_vec(&v).unwrap()).is_none());
+        }
+        assert!(without_hidden_messages(b"not json \"hide_from_ui\":true").is_none());
+    }
 
     #[test]
     fn timestamps_have_micros_and_offset() {

@@ -661,6 +661,11 @@ fn migrator(dialect: Dialect) -> Migrator {
                 "run events and feedback",
                 include_str!("../../../../migrations/sqlite/0006_run_events.sql"),
             ),
+            (
+                7,
+                "user needs_setup",
+                include_str!("../../../../migrations/sqlite/0007_user_needs_setup.sql"),
+            ),
         ],
         Dialect::Postgres => &[
             (
@@ -712,6 +717,11 @@ fn migrator(dialect: Dialect) -> Migrator {
                 10,
                 "run events and feedback",
                 include_str!("../../../../migrations/postgres/0010_run_events.sql"),
+            ),
+            (
+                11,
+                "user needs_setup",
+                include_str!("../../../../migrations/postgres/0011_user_needs_setup.sql"),
             ),
         ],
     };

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 
 macro_rules! user_cols {
     () => {
-        "id, email, password_hash, system_role, token_version, created_at, updated_at"
+        "id, email, password_hash, system_role, token_version, needs_setup, created_at, updated_at"
     };
 }
 
@@ -26,6 +26,7 @@ fn user_from_row(r: &Row) -> DbResult<User> {
         password_hash: r.opt_text("password_hash")?,
         system_role: r.text("system_role")?,
         token_version: r.int("token_version")?,
+        needs_setup: r.boolean("needs_setup")?,
         created_at: r.ts("created_at")?,
         updated_at: r.ts("updated_at")?,
     })
@@ -52,10 +53,10 @@ impl SqlStore {
         let mut tx = self.db.begin().await?;
         if first_admin {
             let lock = self.dialect().pick(
-                "SELECT id FROM users WHERE system_role = 'admin' LIMIT 1",
-                "SELECT id FROM users WHERE system_role = 'admin' LIMIT 1 FOR UPDATE",
+                "SELECT id FROM users WHERE system_role = 'admin' AND needs_setup = $1 LIMIT 1",
+                "SELECT id FROM users WHERE system_role = 'admin' AND needs_setup = $1 LIMIT 1 FOR UPDATE",
             );
-            if tx.opt(Sql::new(lock)).await?.is_some() {
+            if tx.opt(Sql::new(lock).arg(false.into())).await?.is_some() {
                 return Err(DbErr::conflict("System already initialized"));
             }
         }
@@ -65,13 +66,14 @@ impl SqlStore {
                 Sql::new(concat!(
                     "INSERT INTO users (",
                     user_cols!(),
-                    ") VALUES ($1, $2, $3, $4, 0, $5, $5) RETURNING ",
+                    ") VALUES ($1, $2, $3, $4, 0, $5, $6, $6) RETURNING ",
                     user_cols!()
                 ))
                 .bind(id)
                 .bind(user.email.to_lowercase())
                 .bind(user.password_hash.clone())
                 .bind(user.system_role.as_str())
+                .arg(user.needs_setup.into())
                 .arg(super::db::Arg::ts(now)),
             )
             .await;
@@ -142,7 +144,7 @@ impl SqlStore {
                 Sql::new(concat!(
                     "SELECT k.id AS key_id, k.name, k.prefix, k.created_at AS key_created_at, ",
                     "k.revoked_at, u.id, u.email, u.password_hash, u.system_role, ",
-                    "u.token_version, u.created_at, u.updated_at ",
+                    "u.token_version, u.needs_setup, u.created_at, u.updated_at ",
                     "FROM api_keys k JOIN users u ON u.id = k.user_id ",
                     "WHERE k.key_hash = $1 AND k.revoked_at IS NULL"
                 ))
@@ -210,11 +212,74 @@ impl SqlStore {
     async fn has_admin_once(&self) -> DbResult<bool> {
         Ok(self
             .db
-            .read_opt(Sql::new(
-                "SELECT id FROM users WHERE system_role = 'admin' LIMIT 1",
-            ))
+            .read_opt(
+                Sql::new(
+                    "SELECT id FROM users WHERE system_role = 'admin' AND needs_setup = $1 LIMIT 1",
+                )
+                .arg(false.into()),
+            )
             .await?
             .is_some())
+    }
+
+    async fn initialize_admin_once(&self, id: &str, email: &str, hash: &str) -> DbResult<User> {
+        let mut tx = self.db.begin().await?;
+        // One initialization at a time: on Postgres a transaction-scoped advisory lock (there
+        // may be no admin row to lock yet); SQLite has one writer.
+        if self.dialect() == super::db::Dialect::Postgres {
+            tx.exec(Sql::new(
+                "SELECT pg_advisory_xact_lock(hashtext('fawn_initialize_admin'))",
+            ))
+            .await?;
+        }
+        let admins = tx
+            .all(Sql::new(
+                "SELECT id, needs_setup FROM users WHERE system_role = 'admin' ORDER BY created_at, id",
+            ))
+            .await?;
+        let mut pending = None;
+        for r in &admins {
+            if !r.boolean("needs_setup")? {
+                return Err(DbErr::conflict("System already initialized"));
+            }
+            pending.get_or_insert(r.text("id")?);
+        }
+        let now = super::db::Arg::ts(ids::now());
+        let sql = match &pending {
+            // The admin made on first start becomes the one the setup describes: its id,
+            // keys and threads stay; every session it had (none: it had no password) ends.
+            Some(admin) => Sql::new(concat!(
+                "UPDATE users SET email = $2, password_hash = $3, needs_setup = $4, ",
+                "token_version = token_version + 1, updated_at = $5 WHERE id = $1 RETURNING ",
+                user_cols!()
+            ))
+            .bind(admin.as_str())
+            .bind(email.to_lowercase())
+            .bind(hash)
+            .arg(false.into())
+            .arg(now),
+            None => Sql::new(concat!(
+                "INSERT INTO users (",
+                user_cols!(),
+                ") VALUES ($1, $2, $3, 'admin', 0, $4, $5, $5) RETURNING ",
+                user_cols!()
+            ))
+            .bind(id)
+            .bind(email.to_lowercase())
+            .bind(hash)
+            .arg(false.into())
+            .arg(now),
+        };
+        let user = match tx.opt(sql).await {
+            Ok(Some(row)) => user_from_row(&row)?,
+            Ok(None) => return Err(DbErr::corrupt("initializing the admin returned no row")),
+            Err(e) if e.is_unique_violation() => {
+                return Err(DbErr::conflict("Email already registered"));
+            }
+            Err(e) => return Err(e),
+        };
+        tx.commit().await?;
+        Ok(user)
     }
 }
 
@@ -246,6 +311,11 @@ impl UserStore for SqlStore {
 
     async fn has_admin(&self) -> Result<bool> {
         retry!(self.has_admin_once())
+    }
+
+    async fn initialize_admin(&self, email: &str, password_hash: &str) -> Result<User> {
+        let id = new_uuid7();
+        retry!(self.initialize_admin_once(&id, email, password_hash))
     }
 
     async fn set_password(&self, user_id: &str, password_hash: &str) -> Result<User> {

@@ -334,3 +334,60 @@ fn extensions_problems_are_reported_with_their_paths() {
         Some("extensions_config.json")
     );
 }
+
+/// A load that fails still says what it would have skipped or ignored: the errors stop it,
+/// the warnings come with them, each with its key path.
+#[test]
+fn a_failed_load_keeps_its_warnings() {
+    let yaml = "models:\n\
+                \x20 - name: a\n\
+                \x20   use: langchain_openai:ChatOpenAI\n\
+                \x20   model: m\n\
+                \x20   max_tokens: lots\n\
+                \x20 - name: b\n\
+                \x20   use: acme.models:ChatAcme\n\
+                \x20   model: m\n\
+                \x20   api_key: $ACME_KEY_SURELY_UNSET\n\
+                surely_unknown_section: 1\n";
+    // The registries' check of `use:` values, as `fawn check-config` installs it.
+    let acme: fawn_config::Validator = std::sync::Arc::new(|app: &fawn_config::AppConfig| {
+        app.models
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.use_.starts_with("acme."))
+            .map(|(i, m)| {
+                fawn_config::ConfigIssue::unsupported(
+                    format!("models[{i}].use"),
+                    format!("unsupported model class '{}'", m.use_),
+                )
+            })
+            .collect()
+    });
+    let opts = fawn_config::LoadOptions::with_vars("/nonexistent-cwd", Vec::<(&str, &str)>::new())
+        .validator(acme);
+    let err = fawn_config::load_str(yaml, None, &opts).unwrap_err();
+    let errors: Vec<String> = err.0.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        errors,
+        ["models[0].max_tokens: expected an unsigned integer, got a string"],
+        "the skipped entry's own problems (its unset $VAR) are not errors"
+    );
+    let mut warnings: Vec<String> = err.warnings().iter().map(ToString::to_string).collect();
+    warnings.sort();
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with(
+            "models[1].use: unsupported model class 'acme.models:ChatAcme'; the entry is skipped"
+        ),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings[1].starts_with("surely_unknown_section: "),
+        "{warnings:?}"
+    );
+    // Display (what `serve` prints when it refuses to start) stays the errors.
+    assert_eq!(
+        err.to_string(),
+        "models[0].max_tokens: expected an unsigned integer, got a string"
+    );
+}

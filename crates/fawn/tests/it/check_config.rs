@@ -71,8 +71,21 @@ fn every_problem_is_one_line_with_its_key_path() {
         errors[1].starts_with("error: models[1].max_tokens: "),
         "{stderr}"
     );
-    // A class Fawn does not implement is skipped (a warning, shown when the load
-    // succeeds), and is an error with --strict.
+    // A class Fawn does not implement is skipped: a warning, listed with the errors
+    // (after them), with its key path.
+    let problems: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("error: ") || l.starts_with("warning: "))
+        .collect();
+    assert_eq!(problems.len(), 3, "{stderr}");
+    assert_eq!(&problems[..2], &errors[..], "errors first: {stderr}");
+    assert!(
+        problems[2]
+            .starts_with("warning: models[2].use: unsupported model class 'acme.models:ChatAcme'"),
+        "{stderr}"
+    );
+    assert!(problems[2].contains("the entry is skipped"), "{stderr}");
+    // With --strict it is an error instead.
     let out = fawn()
         .current_dir(dir.path())
         .args(["check-config", "--strict"])

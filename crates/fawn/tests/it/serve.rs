@@ -186,6 +186,8 @@ fn auth_is_on_by_default_and_api_keys_come_from_the_cli() {
     let local = format!("127.0.0.1:{port}");
     let (status, _) = request(&local, "GET", "/ok", "");
     assert!(status.contains(" 200 "), "{status}");
+    // Beyond loopback the first start makes no key unless asked (--first-admin-key).
+    assert!(!home.path().join("fawn").join("admin_api_key").exists());
     let (status, body) = request(&local, "POST", "/threads", "{}");
     assert!(status.contains(" 401 "), "{status} {body}");
 
@@ -247,4 +249,106 @@ fn auth_is_on_by_default_and_api_keys_come_from_the_cli() {
     );
     let (status, _) = request_with(&local, "POST", "/threads", "{}", &header);
     assert!(status.contains(" 401 "), "revoked: {status}");
+}
+
+/// `fawn serve` on an empty data directory, on loopback: usable at once. The first start
+/// creates an admin with an API key and no password, prints the key once (before the
+/// address is announced) and keeps it in `{data dir}/admin_api_key`, readable by its owner
+/// only; the README's SDK calls then work with that key. A later start prints nothing.
+#[test]
+fn the_first_start_prints_an_admin_key_that_works() {
+    let home = tempfile::tempdir().unwrap();
+    let serve = || {
+        let mut cmd = fawn(home.path());
+        cmd.current_dir(home.path())
+            .args(["serve", "--port", "0"])
+            .stderr(Stdio::piped());
+        cmd
+    };
+    let (mut server, addr) = start_keeping_stderr(&mut serve());
+    let stderr = server.0.stderr.take().unwrap();
+    let mut banner = String::new();
+    let mut key = None;
+    for line in BufReader::new(stderr).lines() {
+        let line = line.unwrap();
+        banner.push_str(&line);
+        banner.push('\n');
+        if let Some(k) = line.trim().strip_prefix("fawn_") {
+            key = Some(format!("fawn_{k}"));
+            break;
+        }
+    }
+    let key = key.unwrap_or_else(|| panic!("no key in what serve printed:\n{banner}"));
+    assert!(banner.contains("shown only this once"), "{banner}");
+    let file = home.path().join("fawn").join("admin_api_key");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), format!("{key}\n"));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "only its owner reads the key");
+    }
+
+    // Anonymous callers still get 401; the key does what the README's SDK snippet does.
+    let (status, _) = request(&addr, "POST", "/threads", "{}");
+    assert!(status.contains(" 401 "), "{status}");
+    let auth = format!("x-api-key: {key}\r\n");
+    let (status, thread) = request_with(&addr, "POST", "/threads", "{}", &auth);
+    assert!(status.contains(" 200 "), "{status} {thread}");
+    let tid = thread
+        .split("\"thread_id\":\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("no thread_id in {thread}"));
+    let run = r#"{"assistant_id": "lead_agent",
+                  "input": {"messages": [{"role": "user", "content": "Hello, Fawn!"}]},
+                  "stream_mode": "messages-tuple"}"#;
+    let (status, stream) = request_with(
+        &addr,
+        "POST",
+        &format!("/threads/{tid}/runs/stream"),
+        run,
+        &auth,
+    );
+    assert!(status.contains(" 200 "), "{status} {stream}");
+    assert!(stream.contains("event: messages"), "{stream}");
+    assert!(!stream.contains("event: error"), "{stream}");
+    let (status, state) = request_with(&addr, "GET", &format!("/threads/{tid}/state"), "", &auth);
+    assert!(status.contains(" 200 "), "{status} {state}");
+    assert!(state.contains("Hello, Fawn!"), "{state}");
+    // The web UI's setup page is still offered, for this same admin.
+    let (_, setup) = request(&addr, "GET", "/api/v1/auth/setup-status", "");
+    assert!(setup.contains("\"needs_setup\":true"), "{setup}");
+    drop(server);
+
+    // Only once: a later start on the same data prints no key and leaves the file alone.
+    let (mut server, addr) = start_keeping_stderr(&mut serve());
+    let (status, _) = request_with(&addr, "GET", "/api/v1/auth/me", "", &auth);
+    assert!(
+        status.contains(" 200 "),
+        "the key survives a restart: {status}"
+    );
+    let stderr = server.0.stderr.take().unwrap();
+    let _ = server.0.kill();
+    let mut printed = String::new();
+    BufReader::new(stderr).read_to_string(&mut printed).unwrap();
+    assert!(!printed.contains("fawn_"), "{printed}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), format!("{key}\n"));
+}
+
+/// [`start`], with standard error left as `cmd` set it up (piped, to be read).
+fn start_keeping_stderr(cmd: &mut Command) -> (Server, String) {
+    let child = cmd.stdout(Stdio::piped()).spawn().unwrap();
+    let mut server = Server(child);
+    let stdout = server.0.stdout.take().unwrap();
+    let mut addr = None;
+    for line in BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            addr = rest.split_whitespace().next().map(str::to_string);
+            break;
+        }
+    }
+    let addr = addr.expect("the server announces its address");
+    (server, addr)
 }

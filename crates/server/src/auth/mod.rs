@@ -14,6 +14,7 @@
 //!
 //! The auth API itself (`/api/v1/auth/*`) is [`routes`].
 
+pub mod bootstrap;
 pub mod routes;
 
 use crate::app::AppState;
@@ -127,16 +128,14 @@ pub struct Auth {
 }
 
 impl Auth {
-    /// Loads (or creates) the JWT secret under `data_dir` when authentication is on.
+    /// Loads (or creates) the JWT secret under `data_dir`. With authentication off too: as
+    /// in DeerFlow, `register` and `login/local` still create accounts and hand out real
+    /// sessions then (ignored while authentication stays off).
     pub fn new(
         options: AuthOptions,
         data_dir: &std::path::Path,
     ) -> Result<Auth, fawn_auth::secret::SecretError> {
-        let secret = if options.enabled {
-            fawn_auth::secret::load_or_create(options.jwt_secret.as_deref(), data_dir)?
-        } else {
-            Vec::new()
-        };
+        let secret = fawn_auth::secret::load_or_create(options.jwt_secret.as_deref(), data_dir)?;
         Ok(Auth {
             lockout: fawn_auth::Lockout::new(
                 options.lockout_failures,

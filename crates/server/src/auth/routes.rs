@@ -34,7 +34,7 @@ fn user_json(u: &User) -> Value {
         "id": u.id,
         "email": u.email,
         "system_role": u.system_role,
-        "needs_setup": false,
+        "needs_setup": u.needs_setup,
         "oauth_provider": null,
     })
 }
@@ -181,12 +181,14 @@ fn email_taken() -> ApiError {
     )
 }
 
-/// `GET /api/v1/auth/setup-status`.
+/// `GET /api/v1/auth/setup-status`. With authentication off there is nothing to set up
+/// (every caller is the admin `default`), but registration works as it does in DeerFlow.
 pub async fn setup_status(State(app): State<AppState>) -> ApiResult<Response> {
     if !app.auth.enabled() {
-        return Ok(ok(
-            &json!({"needs_setup": false, "registration_enabled": false}),
-        ));
+        return Ok(ok(&json!({
+            "needs_setup": false,
+            "registration_enabled": app.auth.options.registration_enabled,
+        })));
     }
     let has_admin = app
         .store
@@ -226,23 +228,18 @@ pub async fn initialize(
         return Err(already());
     }
     let hash = hash_password(password).await?;
+    // The admin `fawn serve` made on first start (an API key, no password) is the one the
+    // setup completes: same account, so its key and threads are the new admin's.
     let user = app
         .store
-        .create_user(
-            NewUser {
-                email,
-                password_hash: Some(hash),
-                system_role: "admin".into(),
-            },
-            true,
-        )
+        .initialize_admin(&email, &hash)
         .await
         .map_err(|e| match e {
             StoreError::Conflict(m) if m.contains("initialized") => already(),
             StoreError::Conflict(_) => email_taken(),
             other => ApiError::store("creating the first admin", other),
         })?;
-    tracing::info!(email = %user.email, "first admin created");
+    tracing::info!(email = %user.email, "first admin set up");
     adopt_orphans(&app, &user).await;
     let mut resp = json_response(StatusCode::CREATED, &user_json(&user));
     start_session(&app, &headers, &user, remember, &mut resp)?;
@@ -300,15 +297,15 @@ async fn adopt_orphans(app: &AppState, admin: &User) {
     }
 }
 
-/// `POST /api/v1/auth/register`: a plain user, logged in.
+/// `POST /api/v1/auth/register`: a plain user, logged in. With authentication off it works
+/// as in DeerFlow (DeerFlow's own end-to-end specs register a throwaway account in that
+/// mode): the account is created and the session cookies set, while every request still
+/// acts as the admin `default` until authentication is turned on.
 pub async fn register(
     State(app): State<AppState>,
     headers: HeaderMap,
     JsonBody(body): JsonBody<Credentials>,
 ) -> ApiResult<Response> {
-    if !app.auth.enabled() {
-        return Err(disabled_here());
-    }
     if !app.auth.options.registration_enabled {
         return Err(ApiError::coded(
             StatusCode::FORBIDDEN,
@@ -316,14 +313,16 @@ pub async fn register(
             "Self-registration is disabled on this deployment",
         ));
     }
-    if !app
-        .store
-        .has_admin()
-        .await
-        .map_err(|e| ApiError::store("reading users", e))?
+    if app.auth.enabled()
+        && !app
+            .store
+            .has_admin()
+            .await
+            .map_err(|e| ApiError::store("reading users", e))?
     {
         // Stricter than DeerFlow, which lets accounts be made before the first admin
         // exists: until setup is done, the only account anyone can create is the admin's.
+        // (With authentication off there is no setup to wait for.)
         return Err(ApiError::coded(
             StatusCode::FORBIDDEN,
             "needs_setup",
@@ -340,6 +339,7 @@ pub async fn register(
                 email,
                 password_hash: Some(hash),
                 system_role: "user".into(),
+                needs_setup: false,
             },
             false,
         )
@@ -404,11 +404,9 @@ fn client_key(req: &Request) -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// `POST /api/v1/auth/login/local`.
+/// `POST /api/v1/auth/login/local`. With authentication off it checks the password and
+/// hands out the session as in DeerFlow; requests still act as the admin `default`.
 pub async fn login(State(app): State<AppState>, req: Request) -> ApiResult<Response> {
-    if !app.auth.enabled() {
-        return Err(disabled_here());
-    }
     let key = client_key(&req);
     let headers = req.headers().clone();
     if let Some(left) = app.auth.lockout.locked(&key, Instant::now()) {
@@ -501,7 +499,11 @@ pub async fn change_password(
     JsonBody(body): JsonBody<ChangePassword>,
 ) -> ApiResult<Response> {
     if principal.via == Via::Disabled {
-        return Err(disabled_here());
+        return Err(ApiError::coded(
+            StatusCode::BAD_REQUEST,
+            "invalid_credentials",
+            "Password changes are not available when DEER_FLOW_AUTH_DISABLED=1.",
+        ));
     }
     let new = body.new_password.unwrap_or_default();
     fawn_auth::password::check_strength(&new).map_err(ApiError::unprocessable)?;

@@ -12,15 +12,17 @@
 //! (another user's is 404). Each run is stored as a run of the `lead_agent` assistant that
 //! never executes (status `interrupted`: Fawn ends a run that did not run that way), and
 //! its messages as `llm.human.input` / `llm.ai.response` rows (`caller: lead_agent`,
-//! `created_at` the run's) in one append per run, in body order. Run ids must be UUIDs
-//! (Fawn's run routes take no other ids); a run id that exists is 409.
+//! `created_at` the run's) in one append per run, in body order. Run ids are UUIDs or, as
+//! DeerFlow's specs send them (`{thread_id}-r1`), plain ids (`^[A-Za-z0-9_-]{1,128}$`): the
+//! journal routes (`…/runs/{run_id}/messages`, `events`, `feedback`) read those, the
+//! LangGraph run routes take UUIDs only. A run id that exists is 409.
 
 use super::thread_param;
 use crate::app::AppState;
 use crate::auth::Principal;
 use crate::authz::owns_thread;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{JsonBody, uuid_param};
+use crate::extract::JsonBody;
 use crate::wire::ok;
 use axum::extract::State;
 use axum::response::Response;
@@ -118,7 +120,8 @@ pub async fn seed_runs(
     // Everything is checked before anything is written.
     let mut runs = Vec::with_capacity(body.runs.len());
     for (i, r) in body.runs.iter().enumerate() {
-        let run_id = uuid_param("run", &r.run_id)?;
+        let (run_id, _) = super::history::journal_run_param(&r.run_id)
+            .map_err(|e| ApiError::unprocessable(format!("runs[{i}].run_id: {}", e.detail)))?;
         let at = DateTime::parse_from_rfc3339(r.created_at.trim())
             .map(|t| t.with_timezone(&Utc))
             .map_err(|_| {

@@ -603,6 +603,10 @@ pub async fn join(
     };
     if !run.status.is_active() {
         let b = final_body(&app, &rid, &tid).await;
+        let b = match wire::hides_internal_messages() {
+            true => wire::without_hidden_messages(&b).unwrap_or(b),
+            false => b,
+        };
         let mut r = (StatusCode::OK, b).into_response();
         r.headers_mut().insert(
             header::CONTENT_TYPE,

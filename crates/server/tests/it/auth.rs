@@ -13,6 +13,7 @@ backends!(
     every_route_declares_who_may_call_it,
     users_see_only_their_own_data,
     threads_from_before_auth_go_to_the_first_admin,
+    the_first_start_admin_is_the_one_the_setup_completes,
 );
 
 /// A server with authentication on (and the custom-agent API, so that its routes are
@@ -911,4 +912,134 @@ async fn user_id_of(app: &TestApp, cred: &Cred) -> String {
         .as_str()
         .unwrap()
         .to_string()
+}
+
+/// `fawn serve`'s first start: an admin with an API key and no password, which the web UI's
+/// setup then completes (same account: its key and threads stay).
+async fn the_first_start_admin_is_the_one_the_setup_completes(db: Db) {
+    use fawn_server::auth::bootstrap::{FIRST_ADMIN_EMAIL, KEY_FILE, first_admin};
+    let Some(app) = spawn_auth(db).await else {
+        return;
+    };
+    // Never on an address beyond loopback unless asked for.
+    assert!(
+        first_admin(&app.handle, "0.0.0.0", None)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let first = first_admin(&app.handle, "127.0.0.1", None)
+        .await
+        .unwrap()
+        .expect("an empty database gets its first admin");
+    assert_eq!(first.email, FIRST_ADMIN_EMAIL);
+    let path = first.key_file.as_ref().unwrap();
+    assert_eq!(path, &std::path::absolute(app.home.join(KEY_FILE)).unwrap());
+    assert_eq!(
+        std::fs::read_to_string(path).unwrap(),
+        format!("{}\n", first.key)
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "readable by its owner only");
+    }
+    assert!(first.banner().contains(&first.key));
+    // Only once: there is an account now.
+    assert!(
+        first_admin(&app.handle, "127.0.0.1", Some(true))
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // The key works at once, as an admin.
+    let key = Cred::Key(first.key.clone());
+    let me = call(&app, &key, "GET", "/api/v1/auth/me", None).await;
+    assert_eq!(me.status, 200, "{}", me.body);
+    assert_eq!(
+        (&me.body["email"], &me.body["system_role"]),
+        (&json!(FIRST_ADMIN_EMAIL), &json!("admin"))
+    );
+    let id = me.body["id"].as_str().unwrap().to_string();
+    let r = call(&app, &key, "POST", "/threads", Some(json!({}))).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let tid = r.body["thread_id"].as_str().unwrap().to_string();
+    // No password: nobody signs in as it, whatever they try.
+    for password in ["", "admin-password", first.key.as_str()] {
+        let r = login(&app, FIRST_ADMIN_EMAIL, password).await;
+        assert_ne!(r.status, 200, "{password:?}: {}", r.body);
+    }
+
+    // The web UI still offers its setup, and nobody registers before it is done.
+    let anon = Cred::Anon;
+    let r = call(&app, &anon, "GET", "/api/v1/auth/setup-status", None).await;
+    assert_eq!(
+        r.body,
+        json!({"needs_setup": true, "registration_enabled": true})
+    );
+    let r = call(
+        &app,
+        &anon,
+        "POST",
+        "/api/v1/auth/register",
+        Some(json!({"email": "early@example.com", "password": "long-enough"})),
+    )
+    .await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    // The setup gives that admin its email and password: the same account.
+    let r = call(
+        &app,
+        &anon,
+        "POST",
+        "/api/v1/auth/initialize",
+        Some(json!({"email": "Owner@Example.com", "password": "owner-password"})),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert_eq!(
+        (&r.body["id"], &r.body["email"], &r.body["system_role"]),
+        (&json!(id), &json!("owner@example.com"), &json!("admin"))
+    );
+    assert_eq!(r.body["needs_setup"], false);
+    let owner = r.session();
+    let r = call(&app, &owner, "GET", &format!("/threads/{tid}"), None).await;
+    assert_eq!(
+        r.status, 200,
+        "the key's threads are the owner's: {}",
+        r.body
+    );
+    let me = call(&app, &key, "GET", "/api/v1/auth/me", None).await;
+    assert_eq!(
+        (me.status, &me.body["email"]),
+        (200, &json!("owner@example.com")),
+        "the key still works, for the same account"
+    );
+    assert_eq!(
+        login(&app, "owner@example.com", "owner-password")
+            .await
+            .status,
+        200
+    );
+    let r = call(&app, &anon, "GET", "/api/v1/auth/setup-status", None).await;
+    assert_eq!(r.body["needs_setup"], false);
+    let again = call(
+        &app,
+        &anon,
+        "POST",
+        "/api/v1/auth/initialize",
+        Some(json!({"email": "late@example.com", "password": "late-password"})),
+    )
+    .await;
+    assert_eq!(again.status, 409, "{}", again.body);
+    let keys = call(&app, &owner, "GET", "/api/v1/auth/api-keys", None).await;
+    let names: Vec<&str> = keys
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["first start"]);
 }

@@ -264,7 +264,7 @@ async fn models_features_and_auth() {
     let (_, st) = app.get_json("/api/v1/auth/setup-status").await;
     assert_eq!(
         st,
-        json!({"needs_setup": false, "registration_enabled": false})
+        json!({"needs_setup": false, "registration_enabled": true})
     );
     let (_, sc) = app.get_json("/api/suggestions/config").await;
     assert_eq!(sc["enabled"], true);

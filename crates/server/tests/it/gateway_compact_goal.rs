@@ -35,8 +35,12 @@ async fn spawn_summarizing(db: Db) -> Option<TestApp> {
     spawn_with(spec).await
 }
 
+/// The thread's state as DeerFlow's UI reads it (under `/api/langgraph`, hidden messages
+/// included; at `/` they are left out).
 async fn state(app: &TestApp, tid: &str) -> Value {
-    let (s, st) = app.get_json(&format!("/threads/{tid}/state")).await;
+    let (s, st) = app
+        .get_json(&format!("/api/langgraph/threads/{tid}/state"))
+        .await;
     assert_eq!(s, 200, "{st}");
     st
 }

@@ -457,10 +457,18 @@ async fn seeded_runs_are_history(db: Db) {
         &ann,
         "POST",
         "/api/test-only/seed-runs",
-        Some(seed_body(tid, "not-a-uuid", &r4)),
+        Some(seed_body(tid, "not a run id", &r4)),
     )
     .await;
     assert_eq!(r.status, 422, "{}", r.body);
+    assert!(
+        r.body["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("runs[0].run_id: Invalid run ID"),
+        "{}",
+        r.body
+    );
     let mut bad = seed_body("other-thread", &r3, &r4);
     bad["runs"][0]["created_at"] = json!("yesterday");
     let r = call(&app, &ann, "POST", "/api/test-only/seed-runs", Some(bad)).await;
