@@ -13,6 +13,7 @@ pub mod error;
 pub mod extract;
 pub mod gateway;
 pub mod openapi;
+pub mod protocol;
 pub mod routes;
 pub mod sse;
 pub mod wire;

@@ -200,6 +200,7 @@ fn api() -> Routes {
             &[(Post, User)],
             post(store::namespaces),
         )
+        .merge(crate::protocol::routes())
 }
 
 /// Where the LangGraph API is mounted (the gateway is under `/api` only).
