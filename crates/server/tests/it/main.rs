@@ -41,6 +41,7 @@ mod lead_agent;
 mod meta;
 mod nodes;
 mod processes;
+mod protocol;
 mod recovery;
 mod runs;
 mod sse_reader;
