@@ -8,6 +8,7 @@ pub mod crons;
 pub mod meta;
 pub mod runs;
 pub mod store;
+pub mod thread_storage;
 pub mod threads;
 
 use crate::app::AppState;
@@ -122,6 +123,11 @@ fn api() -> Routes {
             "/threads/{thread_id}/stream",
             &[(Get, User)],
             get(runs::thread_stream),
+        )
+        .route(
+            "/threads/{thread_id}/storage",
+            &[(Get, User)],
+            get(thread_storage::get),
         )
         .route(
             "/threads/{thread_id}/runs",

@@ -45,4 +45,5 @@ mod protocol;
 mod recovery;
 mod runs;
 mod sse_reader;
+mod thread_storage;
 mod threads;
