@@ -235,6 +235,47 @@ def test_tool_call_blocks_stream_on_messages(target, transport):
     assert [m["tool_call_id"] for m in tool_messages] == [calls[0]["id"]]
 
 
+def test_subagent_work_under_its_own_namespace(target, transport):
+    fawn_only(target, "the official server's lead_agent graph has no subagents")
+
+    async def main():
+        client = target.client()
+        async with stream(client, target, transport) as thread:
+            handles = []
+
+            async def subagents():
+                async for h in thread.subagents:
+                    handles.append(h)
+
+            task = asyncio.create_task(subagents())
+            await thread.run.start(
+                input=user(mock(
+                    tool="task",
+                    args={"description": "look around", "prompt": "say hi from the subagent",
+                          "subagent_type": "general-purpose"},
+                    after_tool="subagent finished",
+                )),
+                config={"configurable": {"subagent_enabled": True}},
+            )
+            out = await thread.output
+            await task
+            texts = []
+            for h in handles:
+                streams = [m async for m in h.messages]
+                texts.append([await s.text for s in streams])
+            await record(target, thread.thread_id, f"subagent-{transport}", 1)
+            return out, handles, texts
+
+    out, handles, texts = run(main())
+    (h,) = handles
+    call = [c for m in out["messages"] if m["type"] == "ai" for c in m.get("tool_calls") or []][0]
+    assert (h.graph_name, h.trigger_call_id) == ("tools", call["id"])
+    assert h.namespace == [f"tools:{call['id']}"]
+    assert h.status == "completed"
+    assert any("say hi from the subagent" in t for t in texts[0]), texts
+    assert text_of(out["messages"][-1]) == "subagent finished"
+
+
 # ------------------------------------------------------------------------ clarification
 
 
