@@ -39,6 +39,8 @@ pub struct Socket {
     pub subs: Vec<Sub>,
     /// The connection's events so far (bounded), and whether each was sent.
     pub buffer: std::collections::VecDeque<(Arc<ProtoEvent>, bool)>,
+    /// Bytes of the events in `buffer`.
+    buffered_bytes: usize,
 }
 
 /// One subscription of a socket.
@@ -55,16 +57,22 @@ impl Sub {
     }
 }
 
-/// How many events a socket keeps for subscriptions made after them.
+/// How many events a socket keeps for subscriptions made after them…
 pub const SOCKET_BUFFER: usize = 10_000;
+/// …and how many bytes of them (state snapshots can be large).
+pub const SOCKET_BUFFER_BYTES: usize = 16 * 1024 * 1024;
 
 impl Socket {
     /// Keeps `e`; returns whether a subscription wants it (it is then marked sent).
     pub fn offer(&mut self, e: Arc<ProtoEvent>) -> bool {
         let send = self.subs.iter().any(|s| s.wants(&e));
+        self.buffered_bytes += e.json.len();
         self.buffer.push_back((e, send));
-        while self.buffer.len() > SOCKET_BUFFER {
-            self.buffer.pop_front();
+        while self.buffer.len() > SOCKET_BUFFER || self.buffered_bytes > SOCKET_BUFFER_BYTES {
+            match self.buffer.pop_front() {
+                Some((old, _)) => self.buffered_bytes -= old.json.len(),
+                None => break,
+            }
         }
         send
     }
@@ -701,4 +709,61 @@ fn subagents_of(app: &AppState, run: &Run) -> Vec<Value> {
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(seq: u64, method: &'static str, size: usize) -> Arc<ProtoEvent> {
+        Arc::new(ProtoEvent::new(
+            seq,
+            format!("r:{seq}"),
+            method,
+            Vec::new(),
+            None,
+            0,
+            json!({"pad": "x".repeat(size)}),
+        ))
+    }
+
+    #[test]
+    fn a_socket_sends_what_its_subscriptions_want_and_keeps_a_bounded_buffer() {
+        let mut s = Socket::default();
+        s.subs.push(Sub {
+            id: "a".into(),
+            filter: Filter {
+                channels: vec!["values".into()],
+                namespaces: None,
+                depth: None,
+            },
+            since: Some(1),
+        });
+        assert!(!s.offer(event(1, "values", 1)), "at or below since");
+        assert!(s.offer(event(2, "values", 1)));
+        assert!(!s.offer(event(3, "messages", 1)));
+        assert_eq!(s.buffer.len(), 3);
+        // A late subscription replays what it missed, once.
+        let mut replay = Vec::new();
+        let r = subscribe(
+            json!({"channels": ["messages", "values"]})
+                .as_object()
+                .unwrap(),
+            Some(&mut s),
+            &mut replay,
+        )
+        .unwrap();
+        assert_eq!(r["replayed_events"], 2);
+        assert_eq!(replay.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1, 3]);
+        // Big events push old ones out.
+        for i in 0..20 {
+            s.offer(event(10 + i, "values", SOCKET_BUFFER_BYTES / 10));
+        }
+        let bytes: usize = s.buffer.iter().map(|(e, _)| e.json.len()).sum();
+        assert!(
+            bytes <= SOCKET_BUFFER_BYTES && s.buffer.len() < 12,
+            "{}",
+            s.buffer.len()
+        );
+    }
 }

@@ -11,8 +11,9 @@
 //! Every text frame the client sends is a command (the first one usually
 //! `subscription.subscribe`) and gets its response frame; events matching one of the
 //! socket's subscriptions follow as they come, each once. The socket keeps its last
-//! [`SOCKET_BUFFER`](super::commands::SOCKET_BUFFER) events, so a subscription made after
-//! them still gets them (`replayed_events`). A frame that is not a command gets an error
+//! [`SOCKET_BUFFER`](super::commands::SOCKET_BUFFER) events (at most
+//! [`SOCKET_BUFFER_BYTES`](super::commands::SOCKET_BUFFER_BYTES)), so a subscription made
+//! after them still gets them (`replayed_events`). A frame that is not a command gets an error
 //! frame; the socket stays open. The server pings idle sockets at the heartbeat interval.
 
 use super::commands::{Ctx, Socket, handle};
