@@ -244,14 +244,13 @@ impl Projector {
                 } else {
                     Value::Null
                 };
-                let node = meta.get("langgraph_node").and_then(Value::as_str);
                 let Ok(msg) = Message::from_value(pair.swap_remove(0)) else {
                     return;
                 };
                 if msg.kind == MessageKind::AiChunk {
-                    ai_chunk(st, &mut emit, &ns, node, &msg);
+                    ai_chunk(st, &mut emit, &ns, &meta, &msg);
                 } else if msg.kind == MessageKind::Ai {
-                    whole_message(&mut emit, &ns, node, &msg);
+                    whole_message(&mut emit, &ns, &meta, &msg);
                 }
                 // Tool results are on the `tools` channel (and mirrored from it); inputs
                 // are not streamed.
@@ -398,13 +397,16 @@ fn input_requested(st: &mut RunState, emit: &mut Emit, ns: &[String], interrupts
     }
 }
 
-fn start_metadata(msg: &Message, node: Option<&str>) -> Map<String, Value> {
+/// `message-start` metadata: the provider (the chunk's, else the model's LangChain
+/// `ls_provider`), the model when the first chunk names it, and the node.
+fn start_metadata(msg: &Message, meta: &Value) -> Map<String, Value> {
     let mut m = Map::new();
-    if let Some(p) = msg
+    let provider = msg
         .response_metadata
         .get("model_provider")
-        .filter(|v| v.is_string())
-    {
+        .or_else(|| meta.get("ls_provider"))
+        .filter(|v| v.is_string());
+    if let Some(p) = provider {
         m.insert("provider".into(), p.clone());
     }
     if let Some(p) = msg
@@ -414,15 +416,15 @@ fn start_metadata(msg: &Message, node: Option<&str>) -> Map<String, Value> {
     {
         m.insert("model".into(), p.clone());
     }
-    if let Some(n) = node {
-        m.insert("langgraph_node".into(), json!(n));
+    if let Some(n) = meta.get("langgraph_node").filter(|v| v.is_string()) {
+        m.insert("langgraph_node".into(), n.clone());
     }
     m
 }
 
-fn message_start(emit: &mut Emit, ns: &[String], node: Option<&str>, id: &str, msg: &Message) {
+fn message_start(emit: &mut Emit, ns: &[String], meta: &Value, id: &str, msg: &Message) {
     let mut d = json!({"event": "message-start", "role": "ai", "id": id});
-    let meta = start_metadata(msg, node);
+    let meta = start_metadata(msg, meta);
     if !meta.is_empty() {
         d["metadata"] = Value::Object(meta);
     }
@@ -669,10 +671,10 @@ fn add_usage(into: &mut Option<Map<String, Value>>, more: Map<String, Value>) {
     }
 }
 
-fn ai_chunk(st: &mut RunState, emit: &mut Emit, ns: &[String], node: Option<&str>, msg: &Message) {
+fn ai_chunk(st: &mut RunState, emit: &mut Emit, ns: &[String], meta: &Value, msg: &Message) {
     let id = msg.id.clone().unwrap_or_else(|| "ai-message".to_string());
     if !st.open.contains_key(&id) {
-        message_start(emit, ns, node, &id, msg);
+        message_start(emit, ns, meta, &id, msg);
         st.open.insert(
             id.clone(),
             OpenMessage {
@@ -703,9 +705,9 @@ fn ai_chunk(st: &mut RunState, emit: &mut Emit, ns: &[String], node: Option<&str
 }
 
 /// A whole AI message as the full event lifecycle at once.
-fn whole_message(emit: &mut Emit, ns: &[String], node: Option<&str>, msg: &Message) {
+fn whole_message(emit: &mut Emit, ns: &[String], meta: &Value, msg: &Message) {
     let id = msg.id.clone().unwrap_or_else(|| "ai-message".to_string());
-    message_start(emit, ns, node, &id, msg);
+    message_start(emit, ns, meta, &id, msg);
     let mut m = OpenMessage {
         namespace: ns.to_vec(),
         response_metadata: msg.response_metadata.clone(),
@@ -853,7 +855,7 @@ fn subagent_event(st: &mut RunState, emit: &mut Emit, ns: &[String], data: &Valu
             match msg.kind {
                 MessageKind::Ai | MessageKind::AiChunk => {
                     let whole = msg.to_message();
-                    whole_message(emit, &sub_ns, None, &whole);
+                    whole_message(emit, &sub_ns, &Value::Null, &whole);
                     for c in &whole.tool_calls {
                         let id = c.id.clone().unwrap_or_default();
                         emit.event(
@@ -968,7 +970,7 @@ mod tests {
         if let (Value::Object(c), Value::Object(e)) = (&mut c, extra) {
             c.extend(e);
         }
-        json!([c, {"langgraph_node": "model"}])
+        json!([c, {"langgraph_node": "model", "ls_provider": "openai"}])
     }
 
     #[test]
@@ -1032,7 +1034,7 @@ mod tests {
         assert_eq!(
             data[1],
             json!({"event": "message-start", "role": "ai", "id": "m1",
-                "metadata": {"langgraph_node": "model"}})
+                "metadata": {"provider": "openai", "langgraph_node": "model"}})
         );
         let kinds: Vec<String> = data[1..]
             .iter()
