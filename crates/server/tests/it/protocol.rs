@@ -902,6 +902,9 @@ async fn handshakes_are_authenticated_and_checked(db: Db) {
     )
     .await;
     assert_eq!(ws_next(&mut ws).await["type"], "success");
+    // The same session token as a bearer token.
+    let bearer = [("authorization", format!("Bearer {session}"))];
+    assert!(ws_connect(&app, &path, &bearer).await.is_ok());
     let with_foreign_origin = [
         ("cookie", format!("access_token={session}")),
         ("origin", "https://evil.example".to_string()),
