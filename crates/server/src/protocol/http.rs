@@ -73,7 +73,9 @@ pub async fn command(
 fn frame(buf: &mut Vec<u8>, out: &Out) {
     match out {
         Out::Event(e) => crate::sse::frame(buf, e.method, e.json.as_bytes(), Some(e.seq)),
-        Out::Error(f) => crate::sse::frame(buf, "error", f.as_bytes(), None),
+        Out::Error(f) | Out::Gap { frame: f, .. } => {
+            crate::sse::frame(buf, "error", f.as_bytes(), None)
+        }
     }
 }
 
@@ -90,6 +92,10 @@ impl Stream {
         match out {
             Out::Event(e) => self.filter.matches(e) && self.since.is_none_or(|s| e.seq > s),
             Out::Error(_) => true,
+            // Only a reader whose cursor is before the lost events missed anything.
+            Out::Gap { first_seq, .. } => {
+                self.since.is_none_or(|s| s.saturating_add(1) < *first_seq)
+            }
         }
     }
 }

@@ -39,6 +39,12 @@ pub enum Out {
     /// An unsolicited error frame (`{"type": "error", "id": null, …}`), sent to every
     /// subscriber.
     Error(Arc<str>),
+    /// Events of a run before `first_seq` were dropped from its log before they were read:
+    /// an error frame for the readers whose cursor is before that (the others miss nothing).
+    Gap {
+        first_seq: u64,
+        frame: Arc<str>,
+    },
 }
 
 fn compact(log_id: u64) -> u64 {
@@ -155,17 +161,18 @@ impl Projector {
         match item {
             FeedItem::Event { run, event } => self.event(run, event, &mut out),
             FeedItem::Gap { run, gap } => {
+                let first_seq = seq_of(run.ordinal, gap.earliest.unwrap_or(0), 0);
                 let message = format!(
-                    "Events of run {} were dropped from the replay window before they were \
-                     read (earliest still held: {}); reload the thread's state.",
+                    "Events of run {} before seq {first_seq} were dropped from the replay \
+                     window; reload the thread's state.",
                     run.run.run_id,
-                    gap.earliest
-                        .map(|e| e.to_string())
-                        .unwrap_or_else(|| "none".into())
                 );
                 let frame = json!({"type": "error", "id": null, "error": "unknown_error",
                     "message": message});
-                out.push(Out::Error(Arc::from(frame.to_string())));
+                out.push(Out::Gap {
+                    first_seq,
+                    frame: Arc::from(frame.to_string()),
+                });
             }
             FeedItem::End {
                 run,
@@ -960,7 +967,7 @@ mod tests {
         out.into_iter()
             .filter_map(|o| match o {
                 Out::Event(e) => Some(serde_json::from_str(&e.json).unwrap()),
-                Out::Error(_) => None,
+                Out::Error(_) | Out::Gap { .. } => None,
             })
             .collect()
     }
@@ -1209,6 +1216,32 @@ mod tests {
             .map(|e| e["params"]["data"]["event"].as_str().unwrap())
             .collect();
         assert_eq!(root_tools, ["tool-started", "tool-finished"]);
+    }
+
+    #[test]
+    fn a_gap_names_the_first_seq_still_held() {
+        let r = run(1);
+        let mut p = Projector::new();
+        let out = p.project(&FeedItem::Gap {
+            run: r.clone(),
+            gap: fawn_runtime::broker::Gap {
+                run_id: "r1".into(),
+                requested: None,
+                earliest: Some(40),
+                latest: Some(50),
+            },
+        });
+        match out.as_slice() {
+            [Out::Gap { first_seq, frame }] => {
+                assert_eq!(*first_seq, seq_of(1, 40, 0));
+                let v: Value = serde_json::from_str(frame).unwrap();
+                assert_eq!(
+                    (v["type"].as_str(), v["id"].is_null()),
+                    (Some("error"), true)
+                );
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

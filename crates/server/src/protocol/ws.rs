@@ -147,7 +147,7 @@ async fn serve(
                         break;
                     }
                 }
-                Some(Out::Error(f)) => {
+                Some(Out::Error(f) | Out::Gap { frame: f, .. }) => {
                     if !send(&mut sink, &f).await {
                         break;
                     }
