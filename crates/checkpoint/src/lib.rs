@@ -168,6 +168,8 @@ pub trait CheckpointStore: Send + Sync {
         checkpoint_ns: &str,
         checkpoint_id: &str,
     ) -> Result<Vec<PendingWrite>>;
+    /// What the thread's checkpoints occupy (`GET /threads/{id}/storage`).
+    async fn thread_storage(&self, thread_id: &str) -> Result<ThreadStorage>;
     /// The writes of the step that ran from `checkpoint_id`: those of its oldest `loop` child
     /// (a fork or state update made from it later is not that step). `None` when no step
     /// has run from it.

@@ -308,6 +308,25 @@ pub struct Checkpoint {
     pub tasks: Vec<TaskRecord>,
 }
 
+/// How many stored items and bytes (serialized JSON) a part of a thread's storage takes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StorageUsage {
+    pub count: u64,
+    pub bytes: u64,
+}
+
+/// What a thread's checkpoints occupy in the store (every namespace): the checkpoint rows
+/// without their channel data (ids, metadata, `next`, tasks), the channel values they store
+/// — each step's writes and the snapshots, per channel (`count` = values stored) —, and the
+/// pending writes of unfinished steps.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ThreadStorage {
+    pub checkpoints: StorageUsage,
+    pub channel_values: StorageUsage,
+    pub by_channel: std::collections::BTreeMap<String, StorageUsage>,
+    pub pending_writes: StorageUsage,
+}
+
 /// A write of one task inside a step that did not complete (LangGraph `put_writes`): kept
 /// with the checkpoint the step started from, so that resuming does not redo the task.
 #[derive(Clone, Debug, PartialEq)]

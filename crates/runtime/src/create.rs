@@ -45,6 +45,11 @@ pub struct RunCreate {
     /// when authentication is off.
     #[serde(skip)]
     pub owner: Option<String>,
+    /// Started by the thread-centric protocol (`POST /threads/{id}/commands`, never read
+    /// from a body): the run streams [`PROTOCOL_STREAM_MODES`], resumably, whatever
+    /// `stream_mode` says, since its protocol events are projected from them.
+    #[serde(skip)]
+    pub protocol: bool,
 }
 
 /// The thread metadata key naming the user a thread belongs to.
@@ -72,6 +77,19 @@ pub const STREAM_MODES: &[&str] = &[
     "events",
     "tasks",
     "checkpoints",
+];
+
+/// What a run started by the thread-centric protocol streams: every mode the protocol's
+/// channels are projected from, `tools` (tool call starts and ends) included, which no
+/// `RunCreate` body may ask for.
+pub const PROTOCOL_STREAM_MODES: &[&str] = &[
+    "values",
+    "updates",
+    "messages-tuple",
+    "custom",
+    "tasks",
+    "checkpoints",
+    "tools",
 ];
 
 /// A created run and how its creator should treat it.
@@ -385,9 +403,16 @@ pub async fn prepare_run(
         .cloned()
         .filter(|v| !v.is_null())
         .or_else(|| assistant.config.get("recursion_limit").cloned());
-    let modes = stream_modes(&body.stream_mode)?;
+    let modes = if body.protocol {
+        PROTOCOL_STREAM_MODES
+            .iter()
+            .map(|m| m.to_string())
+            .collect()
+    } else {
+        stream_modes(&body.stream_mode)?
+    };
     let subgraphs = boolean("stream_subgraphs", &body.stream_subgraphs)?;
-    let resumable = boolean("stream_resumable", &body.stream_resumable)?;
+    let resumable = body.protocol || boolean("stream_resumable", &body.stream_resumable)?;
     let on_disconnect = OnDisconnect::from(Some(
         choice(
             "on_disconnect",

@@ -29,6 +29,7 @@ pub mod runtime;
 pub mod scheduled;
 pub mod services;
 pub mod testing;
+pub mod thread_feed;
 pub mod threads;
 pub mod webhook;
 pub mod wire;

@@ -33,6 +33,8 @@ pub struct Modes {
     pub events: bool,
     pub tasks: bool,
     pub checkpoints: bool,
+    /// Tool call starts and ends as `tools` events (runs of the thread-centric protocol).
+    pub tools: bool,
 }
 
 impl Modes {
@@ -49,6 +51,7 @@ impl Modes {
                 "events" => m.events = true,
                 "tasks" => m.tasks = true,
                 "checkpoints" => m.checkpoints = true,
+                "tools" => m.tools = true,
                 _ => {}
             }
         }
@@ -532,6 +535,11 @@ impl EventSink for Observer {
                 name,
                 args,
             } => {
+                if m.tools {
+                    let data = json!({"event": "tool-started", "tool_call_id": call_id,
+                        "tool_name": name, "input": args});
+                    self.log.publish("tools", to_bytes(&data));
+                }
                 if m.events {
                     let data = json!({"input": args});
                     self.tool_event("on_tool_start", step, &task_id, &call_id, &name, data);
@@ -544,6 +552,10 @@ impl EventSink for Observer {
                 name,
                 message,
             } => {
+                if m.tools {
+                    self.log
+                        .publish("tools", to_bytes(&tool_end_event(&call_id, &message)));
+                }
                 if m.events {
                     let data = json!({"output": message});
                     self.tool_event("on_tool_end", step, &task_id, &call_id, &name, data);
@@ -599,6 +611,17 @@ impl EventSink for Observer {
                 }
             }
         }
+    }
+}
+
+/// The `tools` event of a finished tool call: `tool-finished` with the tool message as its
+/// output, or `tool-error` with its text when the call failed (a tool failure is an error
+/// tool message, never an exception).
+fn tool_end_event(call_id: &str, message: &Message) -> Value {
+    if message.status.as_deref() == Some("error") {
+        json!({"event": "tool-error", "tool_call_id": call_id, "message": message.text()})
+    } else {
+        json!({"event": "tool-finished", "tool_call_id": call_id, "output": message})
     }
 }
 

@@ -7,8 +7,8 @@
 //! * **Host** must be a loopback name (`localhost`, `127.0.0.1`, `[::1]`, any port), the
 //!   address the server was bound to, or a name in `FAWN_ALLOWED_HOSTS` (comma-separated
 //!   `host` or `host:port`; `*` turns the check off) → 403 otherwise.
-//! * **Origin** of a POST/PUT/PATCH/DELETE, when a browser sends one, must be the request's
-//!   own (same host and port), a loopback origin (a UI served on this machine, e.g. DeerFlow's
+//! * **Origin** of a POST/PUT/PATCH/DELETE or of a WebSocket handshake, when a browser sends
+//!   one, must be the request's own (same host and port), a loopback origin (a UI served on this machine, e.g. DeerFlow's
 //!   on `localhost:3000`), or a trusted origin (`GATEWAY_CORS_ORIGINS` or
 //!   `FAWN_TRUSTED_ORIGINS`, comma-separated `scheme://host[:port]`) → 403 otherwise, and the
 //!   request changes nothing. `Origin: null` is foreign. Clients that are not browsers (the
@@ -179,7 +179,10 @@ pub async fn guard(State(app): State<AppState>, req: Request, next: Next) -> Res
             "Host '{h}' is not allowed; add it to {ALLOWED_HOSTS_VAR} to serve it"
         ));
     }
-    let safe = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    // A WebSocket handshake is a GET, but what follows changes state (commands), and a
+    // browser sends the page's cookies with it: it gets the same check.
+    let safe = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS)
+        && !is_websocket_upgrade(req.headers());
     if !safe && let Some(origin) = req.headers().get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or("null");
         if !policy.origin_allowed(origin, host.as_deref()) {
@@ -190,6 +193,16 @@ pub async fn guard(State(app): State<AppState>, req: Request, next: Next) -> Res
         }
     }
     next.run(req).await
+}
+
+/// Whether a request asks to become a WebSocket (`Upgrade: websocket`).
+pub fn is_websocket_upgrade(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get_all(header::UPGRADE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|p| p.trim().eq_ignore_ascii_case("websocket"))
 }
 
 /// The CORS layer: loopback and trusted origins only, with credentials.

@@ -14,6 +14,7 @@ pub mod extract;
 pub mod gateway;
 pub mod observe;
 pub mod openapi;
+pub mod protocol;
 pub mod routes;
 pub mod sse;
 pub mod wire;

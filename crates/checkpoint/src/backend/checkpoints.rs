@@ -1092,4 +1092,8 @@ impl CheckpointStore for SqlStore {
     ) -> Result<Option<Vec<(String, Value)>>> {
         retry!(self.step_writes_once(thread_id, checkpoint_ns, checkpoint_id))
     }
+
+    async fn thread_storage(&self, thread_id: &str) -> Result<ThreadStorage> {
+        retry!(self.thread_storage_once(thread_id))
+    }
 }

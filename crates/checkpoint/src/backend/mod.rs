@@ -21,6 +21,7 @@ mod items;
 mod journal;
 mod lite;
 mod runs;
+mod storage;
 mod threads;
 mod users;
 

@@ -8,6 +8,7 @@ pub mod crons;
 pub mod meta;
 pub mod runs;
 pub mod store;
+pub mod thread_storage;
 pub mod threads;
 
 use crate::app::AppState;
@@ -125,6 +126,11 @@ fn api() -> Routes {
             get(runs::thread_stream),
         )
         .route(
+            "/threads/{thread_id}/storage",
+            &[(Get, User)],
+            get(thread_storage::get),
+        )
+        .route(
             "/threads/{thread_id}/runs",
             &[(Get, User), (Post, User)],
             get(runs::list).post(runs::create_background),
@@ -201,6 +207,7 @@ fn api() -> Routes {
             &[(Post, User)],
             post(store::namespaces),
         )
+        .merge(crate::protocol::routes())
 }
 
 /// Where the LangGraph API is mounted (the gateway is under `/api` only).
