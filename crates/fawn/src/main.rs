@@ -299,9 +299,12 @@ fn init_logging(level: Option<&str>, format: fawn_config::LogFormat) {
         Some(f) if f.eq_ignore_ascii_case("text") => false,
         _ => format == fawn_config::LogFormat::Json,
     };
+    // A log write that fails (stdout closed by whoever read it) is dropped: reporting it
+    // on stderr, closed too, would panic the task that logged.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(writer);
+        .with_writer(writer)
+        .log_internal_errors(false);
     let _ = if json {
         builder
             .json()

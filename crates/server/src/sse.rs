@@ -103,24 +103,19 @@ impl Drop for DisconnectGuard {
 }
 
 /// Counts an SSE stream as open (`fawn_http_sse_streams_open`) while it lives.
-pub struct SseOpen;
+pub struct SseOpen(#[allow(dead_code)] fawn_telemetry::metrics::Open);
 
 impl SseOpen {
     pub fn new() -> SseOpen {
-        fawn_telemetry::metrics().sse_open.inc();
-        SseOpen
+        SseOpen(fawn_telemetry::metrics::Open::new(
+            &fawn_telemetry::metrics().sse_open,
+        ))
     }
 }
 
 impl Default for SseOpen {
     fn default() -> Self {
         SseOpen::new()
-    }
-}
-
-impl Drop for SseOpen {
-    fn drop(&mut self) {
-        fawn_telemetry::metrics().sse_open.dec();
     }
 }
 

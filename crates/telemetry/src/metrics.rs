@@ -59,6 +59,7 @@ pub struct Metrics {
     pub http_requests: IntCounterVec,
     pub http_duration: HistogramVec,
     pub sse_open: IntGauge,
+    pub ws_open: IntGauge,
 
     // Runs
     pub runs_created: IntCounter,
@@ -195,6 +196,10 @@ impl Metrics {
             sse_open: gauge(
                 "fawn_http_sse_streams_open",
                 "Server-sent event streams open now.",
+            ),
+            ws_open: gauge(
+                "fawn_http_websockets_open",
+                "WebSocket connections (the thread-centric streaming protocol) open now.",
             ),
             runs_created: counter("fawn_runs_created_total", "Runs created on this node."),
             runs_finished: counter_vec(
@@ -482,6 +487,28 @@ impl Metrics {
         self.tool_duration
             .with_label_values(&[&tool])
             .observe(seconds);
+    }
+}
+
+/// Counts one open thing (a stream, a socket) on a gauge while it lives.
+pub struct Open(&'static IntGauge);
+
+impl Open {
+    pub fn new(gauge: &'static IntGauge) -> Open {
+        gauge.inc();
+        Open(gauge)
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+impl std::fmt::Debug for Open {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Open")
     }
 }
 

@@ -85,6 +85,7 @@ struct Stream {
     since: Option<u64>,
     heartbeat: tokio::time::Interval,
     shutdown: tokio_util::sync::CancellationToken,
+    _open: crate::sse::SseOpen,
 }
 
 impl Stream {
@@ -131,6 +132,7 @@ pub async fn stream_events(
         since,
         heartbeat,
         shutdown: app.stream.shutdown.clone(),
+        _open: crate::sse::SseOpen::new(),
     };
     let body = futures::stream::unfold(state, |mut st| async move {
         loop {

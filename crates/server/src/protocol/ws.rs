@@ -103,6 +103,7 @@ async fn serve(
     config: Vec<(String, String)>,
     only_run: Option<String>,
 ) {
+    let _open = fawn_telemetry::metrics::Open::new(&fawn_telemetry::metrics().ws_open);
     let (mut sink, mut incoming) = socket.split();
     let mut session = open(&app, &tid, &principal, only_run);
     let mut state = Socket::default();
