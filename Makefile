@@ -42,8 +42,11 @@ sdk-test: sdk-bins $(VENV)/.installed $(SDK_JS)/node_modules/.installed
 	cd tests/sdk/python && ../../../$(VENV)/bin/python -m pytest
 	$(VENV)/bin/python tests/sdk/harness.py -- node --test --test-concurrency=1 --test-timeout=120000 $(SDK_JS)/
 
+## The binaries the suites spawn, built with the same features as the cargo tests (which
+## already built them): building `-p fawn --bins` alone would resolve features without the
+## dev-dependencies and compile the workspace a second time.
 sdk-bins:
-	$(CARGO) build --locked -p fawn -p fawn-testkit --bins
+	$(CARGO) build --locked --workspace --all-targets
 
 $(VENV)/.installed: tests/sdk/python/requirements.txt
 	$(VENV)/bin/python -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
