@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs beyond the Rust toolchain. Safe to run repeatedly.
 # - bubblewrap (the bash sandbox);
+# - promtool (Debian's prometheus package; the metrics test checks /metrics with it);
 # - python3 with venv/ensurepip and node >= 20 with npm (the SDK compatibility suites; the
 #   pinned SDKs themselves are installed by `make sdk-test` into .venv and tests/sdk/js).
 set -euo pipefail
 
 need_apt=()
 command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
+command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 if command -v python3 >/dev/null 2>&1; then
   python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
 else
@@ -19,9 +21,10 @@ if ((${#need_apt[@]})); then
   if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq >/dev/null || true
-  $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 fi
 command -v bwrap >/dev/null 2>&1 || { echo "install-deps: bubblewrap is required" >&2; exit 1; }
+command -v promtool >/dev/null 2>&1 || { echo "install-deps: promtool (package prometheus) is required" >&2; exit 1; }
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || {
   echo "install-deps: python3 with venv/ensurepip is required (tests/sdk/python)" >&2
   exit 1
