@@ -559,3 +559,30 @@ async fn the_workspace_quota_stops_writes_but_not_cleanup() {
     assert!(out.stdout.contains("status 0"), "{out:?}");
     assert!(!out.stderr.contains("quota"), "{out:?}");
 }
+
+/// Every command is counted by how it ended, and the limits it ran into
+/// (`fawn_sandbox_commands_total`, `fawn_sandbox_limits_hit_total`). Other tests of this
+/// binary run commands too, so the counters grow by at least what this one did.
+#[tokio::test]
+async fn commands_and_the_limits_they_hit_are_counted() {
+    let m = fawn_telemetry::metrics();
+    let exits = |k: &str| m.sandbox_commands.with_label_values(&[k]).get();
+    let limits = |k: &str| m.sandbox_limits.with_label_values(&[k]).get();
+    let before = (
+        exits("ok"),
+        exits("nonzero"),
+        exits("timeout"),
+        limits("timeout"),
+        m.sandbox_duration.get_sample_count(),
+    );
+    let e = env();
+    let sb = e.sandbox("t1").await;
+    assert_eq!(run(&sb, "true").await.exit_code, Some(0));
+    assert_eq!(run(&sb, "exit 7").await.exit_code, Some(7));
+    assert!(run_t(&sb, "sleep 30", 1).await.timed_out);
+    assert!(exits("ok") > before.0);
+    assert!(exits("nonzero") > before.1);
+    assert!(exits("timeout") > before.2);
+    assert!(limits("timeout") > before.3);
+    assert!(m.sandbox_duration.get_sample_count() >= before.4 + 3);
+}
