@@ -1,8 +1,10 @@
 # Multi-stage build: a full Rust toolchain to build, a small Debian runtime to run.
 #   docker build -t fawn .
 #   docker run -p 127.0.0.1:2024:2024 -v fawn-data:/data fawn
-# Fawn has no authentication yet: the container listens on 0.0.0.0 (its own network) with
-# FAWN_INSECURE_NO_AUTH=1, so publish the port on 127.0.0.1 only, or on a network you trust.
+# The container listens on 0.0.0.0 (its own network) with authentication on. On that address
+# no first-start admin key is made by itself: pass FAWN_FIRST_ADMIN_KEY=1 once (the key is
+# printed and kept in /data/admin_api_key), or `docker exec … fawn user add EMAIL --admin` and
+# `fawn api-key create EMAIL`.
 # bash runs inside bubblewrap, which needs user namespaces (the default on Docker with the
 # default seccomp profile on recent kernels; otherwise run with --security-opt seccomp=unconfined
 # or set sandbox.allow_host_bash explicitly).
@@ -12,15 +14,15 @@ WORKDIR /src
 RUN apt-get update && apt-get install -y --no-install-recommends pkg-config \
     && rm -rf /var/lib/apt/lists/*
 COPY . .
-RUN cargo build --locked --release -p fawn \
-    && strip target/release/fawn
+RUN cargo build --locked --profile dist -p fawn \
+    && strip target/dist/fawn
 
 FROM debian:bookworm-slim
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates bubblewrap bash coreutils python3 \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --create-home --home-dir /data fawn
-COPY --from=build /src/target/release/fawn /usr/local/bin/fawn
+COPY --from=build /src/target/dist/fawn /usr/local/bin/fawn
 COPY --from=build /src/skills /opt/fawn/skills
 COPY --from=build /src/config.example.yaml /opt/fawn/config.example.yaml
 USER fawn

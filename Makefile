@@ -8,7 +8,7 @@ VENV := .venv
 FUZZ_VENV := .venv-fuzz
 SDK_JS := tests/sdk/js
 
-.PHONY: test deps lint fmt build release serve bench clean-data sdk-test sdk-bins fuzz nodes-test
+.PHONY: test deps lint fmt build release dist serve bench clean-data sdk-test sdk-bins fuzz nodes-test
 
 ## Everything CI checks: formatting, lints, unit + integration tests (SQLite and Postgres),
 ## the SDK compatibility suites (real Python and JS LangGraph SDKs against `fawn serve`),
@@ -74,12 +74,17 @@ build:
 release:
 	$(CARGO) build --locked --release -p fawn
 
+## What ships and what the published figures are measured on (thin LTO, one codegen unit).
+dist:
+	$(CARGO) build --locked --profile dist -p fawn -p fawn-testkit -p fawn-bench
+
 ## Start a server on :2024 (demo model when no model is configured).
 serve:
 	$(CARGO) run --locked -p fawn -- serve
 
 ## The benchmarks behind the figures in the issue notes (release builds; not tests).
 bench:
-	$(CARGO) run --locked --release -p fawn-bench --bin agent_steps
-	$(CARGO) run --locked --release -p fawn-bench --bin persist_steps
-	$(CARGO) run --locked --release -p fawn-bench --bin server_load
+	$(CARGO) build --locked --profile dist -p fawn -p fawn-testkit -p fawn-bench
+	$(CARGO) run --locked --profile dist -p fawn-bench --bin agent_steps
+	$(CARGO) run --locked --profile dist -p fawn-bench --bin persist_steps
+	$(CARGO) run --locked --profile dist -p fawn-bench --bin server_load

@@ -33,7 +33,7 @@ die() {
 
 [[ "$port" =~ ^[0-9]+$ ]] || die "PORT must be a number, got '$port'"
 [ -n "${MOCK_LLM_URL:-}" ] ||
-  die "set MOCK_LLM_URL to the mock LLM's base URL, e.g. http://127.0.0.1:PORT/v1 (start target/release/fawn-mock-llm --mode rules --tool present_files ...)"
+  die "set MOCK_LLM_URL to the mock LLM's base URL, e.g. http://127.0.0.1:PORT/v1 (start target/dist/fawn-mock-llm --mode rules --tool present_files ...)"
 case "$MOCK_LLM_URL" in
   http://127.*|http://localhost[:/]*|http://\[::1\]*) ;;
   *) die "MOCK_LLM_URL must be a loopback address (the benchmark never reaches a real LLM): $MOCK_LLM_URL" ;;

@@ -17,13 +17,13 @@ impl Drop for Proc {
     }
 }
 
-/// A binary built next to the running benchmark (`target/release/NAME`).
+/// A binary built next to the running benchmark (`target/dist/NAME`).
 pub fn bin(name: &str) -> Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let p = exe.parent().context("no exe dir")?.join(name);
     if !p.exists() {
         bail!(
-            "{} not found; build it first: cargo build --release -p fawn -p fawn-testkit",
+            "{} not found; build it first (beside this binary): cargo build --profile dist -p fawn -p fawn-testkit -p fawn-bench",
             p.display()
         );
     }

@@ -6,8 +6,8 @@
 //! apart: they verify an argon2id hash, which is deliberately slow.
 //!
 //! ```sh
-//! cargo build --release -p fawn -p fawn-bench
-//! target/release/auth_cost            # [--requests N] [--logins N]
+//! cargo build --profile dist -p fawn -p fawn-bench
+//! target/dist/auth_cost            # [--requests N] [--logins N]
 //! ```
 
 use anyhow::{Context, Result, bail};

@@ -15,8 +15,8 @@
 //!    default `run_ownership` (10 s lease).
 //!
 //! ```sh
-//! cargo build --release -p fawn -p fawn-testkit -p fawn-bench
-//! TEST_DATABASE_URL=postgres://postgres@127.0.0.1:5432/test target/release/nodes [--runs N]
+//! cargo build --profile dist -p fawn -p fawn-testkit -p fawn-bench
+//! TEST_DATABASE_URL=postgres://postgres@127.0.0.1:5432/test target/dist/nodes [--runs N]
 //! ```
 
 use anyhow::{Context, Result, bail};

@@ -9,9 +9,9 @@
 //! runs at c=16 (the first line printed after the idle RSS).
 //!
 //! ```text
-//! cargo build --release -p fawn -p fawn-testkit -p fawn-bench
-//! target/release/server_load            # [--quick] [--sqlite-only | --pg-only] [--workload deerflow]
-//! target/release/server_load --sqlite-only --only wait:1:2000 --only stream:16:4000
+//! cargo build --profile dist -p fawn -p fawn-testkit -p fawn-bench
+//! target/dist/server_load            # [--quick] [--sqlite-only | --pg-only] [--workload deerflow]
+//! target/dist/server_load --sqlite-only --only wait:1:2000 --only stream:16:4000
 //! ```
 //!
 //! `--only MODE:CONCURRENCY:RUNS` (repeatable) runs just those loads on one server, after a
@@ -39,7 +39,7 @@
 //! the rest of the machine used meanwhile, as a share of all cores (what else ran).
 //!
 //! ```text
-//! target/release/server_load --workload deerflow \
+//! target/dist/server_load --workload deerflow \
 //!     --target fawn=http://127.0.0.1:2024@$FAWN_PID \
 //!     --target official=http://127.0.0.1:2025@$OFFICIAL_PID --assistant official=agent
 //! ```
@@ -104,7 +104,7 @@ fn bin(name: &str) -> Result<PathBuf> {
     let p = dir.join(name);
     if !p.exists() {
         bail!(
-            "{} not found; build it first: cargo build --release -p fawn -p fawn-testkit",
+            "{} not found; build it first (beside this binary): cargo build --profile dist -p fawn -p fawn-testkit -p fawn-bench",
             p.display()
         );
     }
@@ -1436,7 +1436,7 @@ fn parse_args(args: &[String]) -> Result<Args> {
             "-h" | "--help" => {
                 println!(
                     "{USAGE}\n\nServers driven with --target answer through a mock LLM started as\n  \
-                     target/release/fawn-mock-llm --port PORT {}",
+                     target/dist/fawn-mock-llm --port PORT {}",
                     mock_args_for_shell()
                 );
                 std::process::exit(0)
