@@ -174,6 +174,7 @@ impl WebFetchTool {
             let resp = self
                 .client
                 .get(current.clone())
+                .headers(super::trace_headers())
                 .header(
                     ACCEPT,
                     "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.5",
@@ -225,6 +226,7 @@ impl WebFetchTool {
         let mut req = self
             .client
             .post(format!("{}/", self.base_url))
+            .headers(super::trace_headers())
             .header(ACCEPT, "text/plain")
             .header("X-Return-Format", "markdown")
             .header("X-Timeout", self.timeout.as_secs().max(1).to_string())
@@ -253,6 +255,7 @@ impl WebFetchTool {
         let resp = self
             .client
             .post(format!("{}/extract", self.base_url))
+            .headers(super::trace_headers())
             .bearer_auth(key)
             .json(&json!({ "urls": [url.as_str()] }))
             .send()

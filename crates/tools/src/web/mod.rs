@@ -259,6 +259,13 @@ async fn read_capped(
     Ok((buf, false))
 }
 
+/// The current span's `traceparent` (when tracing is on), for the tools' outgoing requests.
+pub(crate) fn trace_headers() -> reqwest::header::HeaderMap {
+    let mut h = reqwest::header::HeaderMap::new();
+    fawn_telemetry::trace::inject(&mut h);
+    h
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -151,6 +151,7 @@ impl WebSearchTool {
         let resp = self
             .client
             .post(format!("{}/search", self.base_url))
+            .headers(super::trace_headers())
             .bearer_auth(key)
             .json(&body)
             .send()
@@ -169,6 +170,7 @@ impl WebSearchTool {
         let resp = self
             .client
             .get(url)
+            .headers(super::trace_headers())
             .send()
             .await
             .map_err(|e| request_error("SearXNG", &e))?;
@@ -184,6 +186,7 @@ impl WebSearchTool {
         let resp = self
             .client
             .post(format!("{}/html/", self.base_url))
+            .headers(super::trace_headers())
             .header(
                 reqwest::header::CONTENT_TYPE,
                 "application/x-www-form-urlencoded",
