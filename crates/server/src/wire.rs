@@ -134,20 +134,81 @@ pub fn drop_hidden_messages(values: &mut Value) {
 }
 
 /// [`drop_hidden_messages`] on serialized values (a `values` event, a `/wait` body): `None`
-/// when there is nothing to drop, so the bytes go out as they are. It parses only values
-/// in which the marker appears.
+/// when there is nothing to drop, so the bytes go out as they are. Every `values` event of
+/// a lead-agent run carries a hidden reminder, so this is on the streaming path: the values
+/// are not parsed into a tree and written again. One pass finds the top-level `messages`
+/// array and each message's bytes (borrowed [`RawValue`]s); only a message whose bytes
+/// contain the marker is parsed (and judged by [`is_hidden_message`]), and the hidden ones
+/// are cut out of the original bytes, separators included.
+///
+/// [`RawValue`]: serde_json::value::RawValue
 pub fn without_hidden_messages(data: &[u8]) -> Option<bytes::Bytes> {
-    const MARKER: &[u8] = b"\"hide_from_ui\":true";
-    if !data.windows(MARKER.len()).any(|w| w == MARKER) {
+    // The key, quoted: inside a JSON string its quotes would be escaped.
+    const MARKER: &[u8] = b"\"hide_from_ui\"";
+    let has_marker = |b: &[u8]| b.windows(MARKER.len()).any(|w| w == MARKER);
+    if !has_marker(data) {
         return None;
     }
-    let mut values: Value = serde_json::from_slice(data).ok()?;
-    let before = values.get("messages").and_then(Value::as_array)?.len();
-    drop_hidden_messages(&mut values);
-    if values.get("messages").and_then(Value::as_array)?.len() == before {
+    #[derive(serde::Deserialize)]
+    struct Values<'a> {
+        #[serde(borrow)]
+        messages: Vec<&'a serde_json::value::RawValue>,
+    }
+    let values: Values<'_> = serde_json::from_slice(data).ok()?;
+    // The byte range of each message within `data` (the raw values borrow from it).
+    let base = data.as_ptr() as usize;
+    let ranges: Vec<(usize, usize)> = values
+        .messages
+        .iter()
+        .map(|m| {
+            let start = (m.get().as_ptr() as usize).wrapping_sub(base);
+            (start, start + m.get().len())
+        })
+        .collect();
+    if ranges.iter().any(|&(_, end)| end > data.len()) {
         return None;
     }
-    serde_json::to_vec(&values).ok().map(bytes::Bytes::from)
+    let hidden: Vec<bool> = values
+        .messages
+        .iter()
+        .map(|m| {
+            has_marker(m.get().as_bytes())
+                && serde_json::from_str::<Value>(m.get())
+                    .map(|v| is_hidden_message(&v))
+                    .unwrap_or(false)
+        })
+        .collect();
+    if !hidden.iter().any(|h| *h) {
+        return None;
+    }
+    // Cut each hidden message with the separator that follows it (up to the next message),
+    // or — for the last one kept before the end — the separator before it.
+    let mut cuts: Vec<(usize, usize)> = Vec::new();
+    let n = ranges.len();
+    for i in (0..n).filter(|i| hidden[*i]) {
+        let (start, end) = ranges[i];
+        let cut = if i + 1 < n {
+            (start, ranges[i + 1].0)
+        } else if let Some(prev) = (0..i).rev().find(|j| !hidden[*j]) {
+            (ranges[prev].1, end)
+        } else {
+            (start, end)
+        };
+        cuts.push(cut);
+    }
+    // A run of hidden messages at the end, cut "from the kept one before": merge overlaps.
+    cuts.sort_unstable();
+    let mut out = Vec::with_capacity(data.len());
+    let mut at = 0;
+    for (start, end) in cuts {
+        let start = start.max(at);
+        if start > at {
+            out.extend_from_slice(&data[at..start]);
+        }
+        at = at.max(end);
+    }
+    out.extend_from_slice(&data[at..]);
+    Some(bytes::Bytes::from(out))
 }
 
 /// Thread values as this request answers them (see [`hides_internal_messages`]).
@@ -436,6 +497,50 @@ pub fn item(i: &Item) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The semantics [`without_hidden_messages`] must keep: parse, drop, write.
+    fn reference(data: &[u8]) -> Option<Value> {
+        let mut v: Value = serde_json::from_slice(data).ok()?;
+        let before = v.get("messages")?.as_array()?.len();
+        drop_hidden_messages(&mut v);
+        (v["messages"].as_array()?.len() != before).then_some(v)
+    }
+
+    #[test]
+    fn hidden_messages_are_cut_out_of_the_bytes_as_a_parse_would() {
+        let hidden = |id: &str| json!({"content": "r", "additional_kwargs": {"hide_from_ui": true}, "type": "system", "id": id});
+        let shown = |id: &str| json!({"content": "x \"hide_from_ui\":true", "additional_kwargs": {}, "type": "human", "id": id});
+        let nested = json!({"content": "y", "additional_kwargs": {"meta": {"hide_from_ui": true}}, "type": "ai", "id": "n"});
+        let cases = vec![
+            json!({"messages": [hidden("a"), shown("b"), shown("c")], "title": "t"}),
+            json!({"title": "t", "messages": [shown("b"), hidden("a"), shown("c")]}),
+            json!({"messages": [shown("b"), hidden("a")], "x": 1}),
+            json!({"messages": [shown("b"), hidden("a"), hidden("d")]}),
+            json!({"messages": [hidden("a"), hidden("d")]}),
+            json!({"messages": [hidden("a")]}),
+            json!({"messages": [shown("b"), nested.clone()]}),
+            json!({"messages": [], "other": {"hide_from_ui": true}}),
+            json!({"messages": [hidden("a"), nested, hidden("d"), shown("b")]}),
+        ];
+        for case in cases {
+            for pretty in [false, true] {
+                let bytes = if pretty {
+                    serde_json::to_vec_pretty(&case).unwrap()
+                } else {
+                    serde_json::to_vec(&case).unwrap()
+                };
+                let fast = without_hidden_messages(&bytes)
+                    .map(|b| serde_json::from_slice::<Value>(&b).unwrap());
+                assert_eq!(fast, reference(&bytes), "{case}");
+            }
+        }
+        // Not values, or not JSON: left as they are.
+        assert_eq!(without_hidden_messages(br#"{"hide_from_ui":true}"#), None);
+        assert_eq!(
+            without_hidden_messages(br#"not json "hide_from_ui":true"#),
+            None
+        );
+    }
     use chrono::TimeZone;
 
     #[test]
