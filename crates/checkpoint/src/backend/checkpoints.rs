@@ -421,6 +421,16 @@ impl SqlStore {
     /// Inserts linked checkpoints, all or nothing. SQLite: one statement, or a transaction
     /// for a chain. Postgres: through the batcher shared with other runs, so a chain is one
     /// round trip and one commit.
+    /// Inserts prepared links (retrying transient errors) and records the write's count,
+    /// bytes and duration. The timing lives in this (boxed) future, not in the callers':
+    /// a trait method's future is copied whole into its box on every call.
+    async fn insert_links_timed(&self, links: &Links) -> Result<()> {
+        let started = std::time::Instant::now();
+        retry!(self.insert_links_once(links))?;
+        record_write(links, started);
+        Ok(())
+    }
+
     async fn insert_links_once(&self, links: &Links) -> DbResult<()> {
         let inserted = match (self.dialect(), links.as_slice()) {
             (Dialect::Sqlite, [one]) => vec![self.insert_one(one).await?],
@@ -972,7 +982,6 @@ impl SqlStore {
 #[async_trait]
 impl CheckpointStore for SqlStore {
     async fn put_checkpoint(&self, checkpoint: NewCheckpoint) -> Result<String> {
-        let started = std::time::Instant::now();
         let thread_id = checkpoint.thread_id.as_str();
         let ns = checkpoint.checkpoint_ns.as_str();
         // Inner futures boxed, as in `put_checkpoints`.
@@ -984,8 +993,7 @@ impl CheckpointStore for SqlStore {
         prepared.id = self.new_id(thread_id, ns, checkpoint.parent_id.clone());
         let id = prepared.id.clone();
         let links = Arc::new(vec![prepared]);
-        Box::pin(async { retry!(self.insert_links_once(&links)) }).await?;
-        record_write(&links, started);
+        Box::pin(self.insert_links_timed(&links)).await?;
         self.remember_latest(&checkpoint, &links[0]);
         Ok(id)
     }
@@ -994,7 +1002,6 @@ impl CheckpointStore for SqlStore {
     /// one set of WAL pages instead of one per checkpoint), on Postgres as one item of the
     /// insert batcher (one round trip, shared with other runs' inserts).
     async fn put_checkpoints(&self, mut chain: Vec<NewCheckpoint>) -> Result<Vec<String>> {
-        let started = std::time::Instant::now();
         let single_thread = chain
             .windows(2)
             .all(|w| w[0].thread_id == w[1].thread_id && w[0].checkpoint_ns == w[1].checkpoint_ns);
@@ -1026,8 +1033,7 @@ impl CheckpointStore for SqlStore {
         }
         let ids = prepared.iter().map(|p| p.id.clone()).collect();
         let links = Arc::new(prepared);
-        Box::pin(async { retry!(self.insert_links_once(&links)) }).await?;
-        record_write(&links, started);
+        Box::pin(self.insert_links_timed(&links)).await?;
         if let (Some(last_cp), Some(last)) = (chain.last(), links.last()) {
             self.remember_latest(last_cp, last);
         }
