@@ -390,7 +390,7 @@ impl SubagentRunner for SubagentPool {
         // The subagent's own span: its model and tool calls are its children, under the
         // `task` tool call that started it.
         let span = trace::start(
-            format!("invoke_agent {}", request.subagent_type),
+            || format!("invoke_agent {}", request.subagent_type),
             trace::Kind::Internal,
             |a| {
                 use fawn_telemetry::trace::{Attr, attrs};

@@ -14,6 +14,7 @@ use crate::{ChatModel, ChatRequest, ChunkStream, LlmError, ModelInfo};
 use async_trait::async_trait;
 use fawn_state::{ChunkAccumulator, Content, Message, MessageKind, Messages};
 use fawn_telemetry::metrics;
+use fawn_telemetry::metrics::{CounterHandle, HistogramHandle};
 use fawn_telemetry::trace::{self, Attr, Kind, Span, attrs};
 use futures::Stream;
 use std::pin::Pin;
@@ -27,14 +28,36 @@ const DEFAULT_PURPOSE: &str = "agent";
 /// A model whose calls are measured and traced.
 pub struct Observed {
     inner: Arc<dyn ChatModel>,
+    handles: Arc<Handles>,
+}
+
+/// The model's metric series of every call, resolved once.
+struct Handles {
     /// The bounded `model` label (the configured name).
     label: Arc<str>,
+    ok: CounterHandle,
+    duration: HistogramHandle,
+    ttft: HistogramHandle,
+    /// (input, output) tokens, reported and estimated.
+    provider: (CounterHandle, CounterHandle),
+    estimated: (CounterHandle, CounterHandle),
 }
 
 impl Observed {
     pub fn new(inner: Arc<dyn ChatModel>) -> Observed {
-        let label = metrics().model_label.get(&inner.info().name);
-        Observed { inner, label }
+        let m = metrics();
+        let label = m.model_label.get(&inner.info().name);
+        let tokens =
+            |dir: &str, source: &str| m.model_tokens.with_label_values(&[&label, dir, source]);
+        let handles = Arc::new(Handles {
+            ok: m.model_calls.with_label_values(&[&label, "ok"]),
+            duration: m.model_duration.with_label_values(&[&label]),
+            ttft: m.model_ttft.with_label_values(&[&label]),
+            provider: (tokens("input", "provider"), tokens("output", "provider")),
+            estimated: (tokens("input", "estimated"), tokens("output", "estimated")),
+            label,
+        });
+        Observed { inner, handles }
     }
 }
 
@@ -56,9 +79,11 @@ impl ChatModel for Observed {
         } else {
             request.purpose
         };
-        let span = trace::start(format!("chat {}", info.model), Kind::Client, |a| {
-            request_attributes(a, info, purpose, &request)
-        });
+        let span = trace::start(
+            || format!("chat {}", info.model),
+            Kind::Client,
+            |a| request_attributes(a, info, purpose, &request),
+        );
         // Kept only to estimate input tokens if the provider reports none (a cheap clone:
         // the list shares its chunks).
         let messages = request.messages.clone();
@@ -67,7 +92,7 @@ impl ChatModel for Observed {
             Ok(stream) => Ok(Box::pin(ObservedStream {
                 inner: stream,
                 call: Some(Call {
-                    label: self.label.clone(),
+                    handles: self.handles.clone(),
                     started,
                     first_token: None,
                     usage: None,
@@ -85,11 +110,10 @@ impl ChatModel for Observed {
                 let outcome = e.kind();
                 metrics()
                     .model_calls
-                    .with_label_values(&[&self.label, outcome])
+                    .with_label_values(&[&self.handles.label, outcome])
                     .inc();
-                metrics()
-                    .model_duration
-                    .with_label_values(&[&self.label])
+                self.handles
+                    .duration
                     .observe(started.elapsed().as_secs_f64());
                 span.fail(outcome, &e.to_string());
                 span.end();
@@ -178,7 +202,7 @@ fn request_attributes(a: &mut Vec<Attr>, info: &ModelInfo, purpose: &'static str
 
 /// What one call has seen so far.
 struct Call {
-    label: Arc<str>,
+    handles: Arc<Handles>,
     started: Instant,
     first_token: Option<Instant>,
     /// Summed over the chunks (providers send it once, at the end, or in parts).
@@ -208,9 +232,8 @@ impl Call {
         if self.first_token.is_none() && has_content(m) {
             let now = Instant::now();
             self.first_token = Some(now);
-            metrics()
-                .model_ttft
-                .with_label_values(&[&self.label])
+            self.handles
+                .ttft
                 .observe(now.duration_since(self.started).as_secs_f64());
         }
         if let Some(u) = &m.usage_metadata {
@@ -247,13 +270,16 @@ impl Call {
 
     /// Records the call's end (`outcome` is `ok` or an error kind).
     fn end(mut self, outcome: &str, error: Option<&LlmError>) {
-        let m = metrics();
-        m.model_calls
-            .with_label_values(&[&self.label, outcome])
-            .inc();
-        m.model_duration
-            .with_label_values(&[&self.label])
-            .observe(self.started.elapsed().as_secs_f64());
+        let h = &self.handles;
+        if outcome == "ok" {
+            h.ok.inc();
+        } else {
+            metrics()
+                .model_calls
+                .with_label_values(&[&h.label, outcome])
+                .inc();
+        }
+        h.duration.observe(self.started.elapsed().as_secs_f64());
         let (input, output, source) = match self.usage {
             Some((i, o)) if i > 0 || o > 0 => (i.max(0) as u64, o.max(0) as u64, "provider"),
             _ => (
@@ -263,12 +289,13 @@ impl Call {
             ),
         };
         if outcome == "ok" || output > 0 {
-            m.model_tokens
-                .with_label_values(&[&self.label, "input", source])
-                .inc_by(input);
-            m.model_tokens
-                .with_label_values(&[&self.label, "output", source])
-                .inc_by(output);
+            let (i, o) = if source == "provider" {
+                &h.provider
+            } else {
+                &h.estimated
+            };
+            i.inc_by(input);
+            o.inc_by(output);
         }
         let span = std::mem::take(&mut self.span);
         span.set_with(|a| {

@@ -394,7 +394,7 @@ pub async fn execute(rt: Rt, run: Run, permit: OwnedSemaphorePermit) {
     let origin = run
         .kwargs
         .get(crate::kwargs::ORIGIN_KEY)
-        .and_then(|v| serde_json::from_value::<crate::kwargs::RunOrigin>(v.clone()).ok());
+        .and_then(|v| <crate::kwargs::RunOrigin as serde::Deserialize>::deserialize(v).ok());
     let trace_span = run_span(&run, origin.as_ref());
     let span = tracing::info_span!(
         "run",
@@ -464,6 +464,9 @@ impl Drop for Executing {
 /// captured, its input.
 fn run_span(run: &Run, origin: Option<&crate::kwargs::RunOrigin>) -> fawn_telemetry::trace::Span {
     use fawn_telemetry::trace::{Attr, attrs};
+    if !fawn_telemetry::trace::enabled() {
+        return fawn_telemetry::trace::Span::none();
+    }
     let graph_id = run
         .kwargs
         .get("graph_id")
@@ -472,7 +475,7 @@ fn run_span(run: &Run, origin: Option<&crate::kwargs::RunOrigin>) -> fawn_teleme
         .to_string();
     let parent = crate::kwargs::RunOrigin::run_parent(origin);
     fawn_telemetry::trace::start_run(
-        format!("invoke_agent {graph_id}"),
+        || format!("invoke_agent {graph_id}"),
         &run.run_id,
         &parent,
         |a| {

@@ -897,7 +897,7 @@ impl Sandbox for LocalSandbox {
     async fn execute(&self, command: &str, opts: ExecOptions) -> Result<ExecOutput, SandboxError> {
         let started = std::time::Instant::now();
         let span = fawn_telemetry::trace::start(
-            "sandbox.exec",
+            || "sandbox.exec",
             fawn_telemetry::trace::Kind::Internal,
             |a| {
                 use fawn_telemetry::trace::{Attr, attrs};

@@ -71,7 +71,10 @@ pub async fn observe(mut req: Request, next: Next) -> Response {
         .and_then(|v| sanitize(v.as_bytes()))
     {
         Some(id) => Arc::from(id),
-        None => Arc::from(uuid::Uuid::new_v4().simple().to_string()),
+        None => {
+            let mut buf = uuid::Uuid::encode_buffer();
+            Arc::from(&*uuid::Uuid::new_v4().simple().encode_lower(&mut buf))
+        }
     };
     let mount = mount(req.uri().path());
     let slot = RouteSlot::default();

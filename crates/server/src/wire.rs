@@ -145,7 +145,8 @@ pub fn drop_hidden_messages(values: &mut Value) {
 pub fn without_hidden_messages(data: &[u8]) -> Option<bytes::Bytes> {
     // The key, quoted: inside a JSON string its quotes would be escaped.
     const MARKER: &[u8] = b"\"hide_from_ui\"";
-    let has_marker = |b: &[u8]| b.windows(MARKER.len()).any(|w| w == MARKER);
+    let finder = memchr::memmem::Finder::new(MARKER);
+    let has_marker = |b: &[u8]| finder.find(b).is_some();
     if !has_marker(data) {
         return None;
     }

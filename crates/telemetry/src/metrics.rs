@@ -21,6 +21,9 @@ use std::collections::HashSet;
 use std::sync::{Arc, LazyLock, RwLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+/// Metric handles callers may keep (a handle resolved once skips the label lookup).
+pub use prometheus::{Histogram as HistogramHandle, IntCounter as CounterHandle};
+
 /// The content type of the text format.
 pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -480,12 +483,11 @@ impl Metrics {
             .observe(seconds);
     }
 
-    /// A tool call ended (`tool` goes through the tool label bound).
+    /// A tool call ended; `tool` is a value of [`Metrics::tool_label`].
     pub fn tool_call(&self, tool: &str, outcome: &str, seconds: f64) {
-        let tool = self.tool_label.get(tool);
-        self.tool_calls.with_label_values(&[&tool, outcome]).inc();
+        self.tool_calls.with_label_values(&[tool, outcome]).inc();
         self.tool_duration
-            .with_label_values(&[&tool])
+            .with_label_values(&[tool])
             .observe(seconds);
     }
 }

@@ -56,8 +56,8 @@ impl ToolCallHandler for ToolExecutor<'_> {
 /// a sandbox command's spans hang under it). Calls to tools the run does not have count
 /// as `unknown`, so a model inventing names cannot grow the label set.
 pub(crate) struct ObservedCall {
-    name: String,
-    known: bool,
+    /// The bounded `tool` label (`unknown` for a tool the run does not have).
+    label: std::sync::Arc<str>,
     started: Instant,
     span: Span,
 }
@@ -65,24 +65,32 @@ pub(crate) struct ObservedCall {
 impl ObservedCall {
     pub(crate) fn start(request: &ToolCallRequest) -> ObservedCall {
         let call = &request.call;
-        let span = trace::start(format!("execute_tool {}", call.name), Kind::Internal, |a| {
-            attrs::SpanKind::Tool.attrs(a);
-            a.push(Attr::new(attrs::GEN_AI_OPERATION, "execute_tool"));
-            a.push(Attr::new(attrs::GEN_AI_TOOL_NAME, call.name.clone()));
-            a.push(Attr::new(attrs::TOOL_NAME, call.name.clone()));
-            if let Some(id) = &call.id {
-                a.push(Attr::new(attrs::GEN_AI_TOOL_CALL_ID, id.clone()));
-            }
-            let args = serde_json::Value::Object(call.args.clone()).to_string();
-            a.push(Attr::new(attrs::TOOL_ARGS_BYTES, args.len() as i64));
-            if trace::capture_inputs() {
-                a.push(Attr::new(attrs::INPUT_VALUE, attrs::clip(args)));
-                a.push(Attr::new(attrs::INPUT_MIME, "application/json"));
-            }
-        });
+        let span = trace::start(
+            || format!("execute_tool {}", call.name),
+            Kind::Internal,
+            |a| {
+                attrs::SpanKind::Tool.attrs(a);
+                a.push(Attr::new(attrs::GEN_AI_OPERATION, "execute_tool"));
+                a.push(Attr::new(attrs::GEN_AI_TOOL_NAME, call.name.clone()));
+                a.push(Attr::new(attrs::TOOL_NAME, call.name.clone()));
+                if let Some(id) = &call.id {
+                    a.push(Attr::new(attrs::GEN_AI_TOOL_CALL_ID, id.clone()));
+                }
+                let args = serde_json::Value::Object(call.args.clone()).to_string();
+                a.push(Attr::new(attrs::TOOL_ARGS_BYTES, args.len() as i64));
+                if trace::capture_inputs() {
+                    a.push(Attr::new(attrs::INPUT_VALUE, attrs::clip(args)));
+                    a.push(Attr::new(attrs::INPUT_MIME, "application/json"));
+                }
+            },
+        );
+        let labels = &fawn_telemetry::metrics().tool_label;
         ObservedCall {
-            name: call.name.clone(),
-            known: request.tool.is_some(),
+            label: labels.get(if request.tool.is_some() {
+                &call.name
+            } else {
+                "unknown"
+            }),
             started: Instant::now(),
             span,
         }
@@ -99,12 +107,11 @@ impl ObservedCall {
             Err(ToolError::Cancelled) => "cancelled",
             Err(_) => "error",
         };
-        let label = if self.known {
-            self.name.as_str()
-        } else {
-            "unknown"
-        };
-        fawn_telemetry::metrics().tool_call(label, outcome, self.started.elapsed().as_secs_f64());
+        fawn_telemetry::metrics().tool_call(
+            &self.label,
+            outcome,
+            self.started.elapsed().as_secs_f64(),
+        );
         self.span.set(Attr::new(attrs::TOOL_OUTCOME, outcome));
         match result {
             Ok(r) => {

@@ -604,6 +604,24 @@ impl Drop for Waiting<'_> {
     }
 }
 
+/// One optional row from Postgres. Boxed, as every Postgres path of [`Db`]: the futures
+/// of a connection's acquisition and of a query are large, and an unboxed one would grow
+/// every store method's future (copied whole into its box on each call) on SQLite too.
+fn pg_opt<'a>(
+    pool: &'a PgPool,
+    waiting: &'a std::sync::atomic::AtomicUsize,
+    sql: Sql,
+) -> futures::future::BoxFuture<'a, DbResult<Option<Row>>> {
+    Box::pin(async move {
+        let mut conn = pg_conn(pool, waiting).await?;
+        Ok(sql
+            .postgres()?
+            .fetch_optional(&mut *conn)
+            .await?
+            .map(Row::Pg))
+    })
+}
+
 /// A pooled Postgres connection, counting the wait for it.
 async fn pg_conn(
     pool: &PgPool,
@@ -901,8 +919,11 @@ impl Db {
         Ok(match &self.pools {
             Pools::Sqlite { lite, .. } => Tx::Sqlite(lite.begin(urgent).await?),
             Pools::Pg { pool, waiting } => {
-                let conn = pg_conn(pool, waiting).await?;
-                Tx::Pg(Transaction::begin(conn, None).await?)
+                Box::pin(async move {
+                    let conn = pg_conn(pool, waiting).await?;
+                    DbResult::Ok(Tx::Pg(Transaction::begin(conn, None).await?))
+                })
+                .await?
             }
         })
     }
@@ -914,8 +935,11 @@ impl Db {
                 Ok(lite.read_all(sql)?.into_iter().map(Row::Lite).collect())
             }
             Pools::Pg { pool, waiting } => {
-                let mut conn = pg_conn(pool, waiting).await?;
-                pg_all(&mut conn, sql).await
+                Box::pin(async move {
+                    let mut conn = pg_conn(pool, waiting).await?;
+                    pg_all(&mut conn, sql).await
+                })
+                .await
             }
         }
     }
@@ -923,13 +947,7 @@ impl Db {
     pub async fn read_opt(&self, sql: Sql) -> DbResult<Option<Row>> {
         Ok(match &self.pools {
             Pools::Sqlite { lite, .. } => lite.read_opt(sql)?.map(Row::Lite),
-            Pools::Pg { pool, waiting } => {
-                let mut conn = pg_conn(pool, waiting).await?;
-                sql.postgres()?
-                    .fetch_optional(&mut *conn)
-                    .await?
-                    .map(Row::Pg)
-            }
+            Pools::Pg { pool, waiting } => pg_opt(pool, waiting, sql).await?,
         })
     }
 
@@ -939,13 +957,7 @@ impl Db {
             Pools::Sqlite { lite, .. } => {
                 lite.write(sql).await?.0.into_iter().next().map(Row::Lite)
             }
-            Pools::Pg { pool, waiting } => {
-                let mut conn = pg_conn(pool, waiting).await?;
-                sql.postgres()?
-                    .fetch_optional(&mut *conn)
-                    .await?
-                    .map(Row::Pg)
-            }
+            Pools::Pg { pool, waiting } => pg_opt(pool, waiting, sql).await?,
         })
     }
 
@@ -960,8 +972,11 @@ impl Db {
                 .map(Row::Lite)
                 .collect()),
             Pools::Pg { pool, waiting } => {
-                let mut conn = pg_conn(pool, waiting).await?;
-                pg_all(&mut conn, sql).await
+                Box::pin(async move {
+                    let mut conn = pg_conn(pool, waiting).await?;
+                    pg_all(&mut conn, sql).await
+                })
+                .await
             }
         }
     }
@@ -970,8 +985,11 @@ impl Db {
         Ok(match &self.pools {
             Pools::Sqlite { lite, .. } => lite.write(sql).await?.1,
             Pools::Pg { pool, waiting } => {
-                let mut conn = pg_conn(pool, waiting).await?;
-                sql.postgres()?.execute(&mut *conn).await?.rows_affected()
+                Box::pin(async move {
+                    let mut conn = pg_conn(pool, waiting).await?;
+                    DbResult::Ok(sql.postgres()?.execute(&mut *conn).await?.rows_affected())
+                })
+                .await?
             }
         })
     }

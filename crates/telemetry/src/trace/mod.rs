@@ -240,10 +240,10 @@ pub fn current() -> Span {
     }
 }
 
-/// Starts a span of the agent scope under the current span (or as a root). `attributes`
-/// runs only when tracing is on.
-pub fn start(
-    name: impl Into<Cow<'static, str>>,
+/// Starts a span of the agent scope under the current span (or as a root). `name` and
+/// `attributes` run only when tracing is on.
+pub fn start<N: Into<Cow<'static, str>>>(
+    name: impl FnOnce() -> N,
     kind: SpanKind,
     attributes: impl FnOnce(&mut Vec<KeyValue>),
 ) -> Span {
@@ -251,7 +251,7 @@ pub fn start(
         return Span::none();
     };
     let parent = Context::current();
-    start_under(state, &parent, name, kind, Vec::new(), attributes)
+    start_under(state, &parent, name(), kind, Vec::new(), attributes)
 }
 
 fn start_under(
@@ -294,8 +294,8 @@ pub enum RunParent {
 /// run id (a UUID) as the trace id, so every attempt of a run — a resume after a crash, a
 /// takeover by another node — lands in the same trace, and the trace of a run is found by
 /// its id.
-pub fn start_run(
-    name: impl Into<Cow<'static, str>>,
+pub fn start_run<N: Into<Cow<'static, str>>>(
+    name: impl FnOnce() -> N,
     run_id: &str,
     parent: &RunParent,
     attributes: impl FnOnce(&mut Vec<KeyValue>),
@@ -303,6 +303,7 @@ pub fn start_run(
     let Some(state) = STATE.get() else {
         return Span::none();
     };
+    let name = name();
     match parent {
         RunParent::Child(tp) => match parse_traceparent(tp) {
             // The request span (of this node or another) is the parent. Marked as a child
@@ -496,9 +497,11 @@ mod tests {
     fn everything_is_a_no_op_while_tracing_is_off() {
         // Nothing in this test binary installs tracing.
         assert!(!enabled());
-        let s = start("x", SpanKind::Internal, |_| {
-            panic!("attributes built while off")
-        });
+        let s = start(
+            || -> &'static str { panic!("name built while off") },
+            SpanKind::Internal,
+            |_| panic!("attributes built while off"),
+        );
         assert!(!s.is_recording());
         s.set_with(|_| panic!("attributes built while off"));
         s.end();

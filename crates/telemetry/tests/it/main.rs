@@ -108,14 +108,18 @@ async fn spans_reach_every_destination_with_their_parents_and_headers() {
     let tp = request.traceparent().unwrap();
     let run_id = "0199a4c2-8d2e-7a31-9c55-1b2d3e4f5a6b";
     let run = trace::start_run(
-        "run lead_agent",
+        || "run lead_agent",
         run_id,
         &RunParent::Child(tp.clone()),
         |a| attrs::SpanKind::Agent.attrs(a),
     );
     let model = trace::instrument(
         async {
-            let m = trace::start("chat demo", Kind::Client, |a| attrs::SpanKind::Llm.attrs(a));
+            let m = trace::start(
+                || "chat demo",
+                Kind::Client,
+                |a| attrs::SpanKind::Llm.attrs(a),
+            );
             // An outgoing request carries the model span's traceparent.
             let mut out = http::HeaderMap::new();
             trace::instrument(async { trace::inject(&mut out) }, &m).await;
@@ -132,7 +136,7 @@ async fn spans_reach_every_destination_with_their_parents_and_headers() {
     run.end();
     request.end();
     // A run of no request has its run id as trace id.
-    let lone = trace::start_run("run lone", run_id, &RunParent::None, |_| {});
+    let lone = trace::start_run(|| "run lone", run_id, &RunParent::None, |_| {});
     assert_eq!(lone.trace_id().unwrap(), run_id.replace('-', ""));
     lone.end();
 
