@@ -164,8 +164,12 @@ fn request_attributes(a: &mut Vec<Attr>, info: &ModelInfo, purpose: &'static str
     if !trace::capture_inputs() {
         return;
     }
+    // Each message's text goes in once per convention that renders it (OpenInference's
+    // `llm.input_messages`, the GenAI `gen_ai.prompt` LangSmith reads), shared, not copied.
+    // `input.value` is the span's one-line input in a trace's tree: the last message (what
+    // this call answers), not the whole conversation a third time.
     let mut budget = attrs::MAX_VALUE_BYTES * 4;
-    let mut listed = Vec::new();
+    let mut last: Option<std::sync::Arc<str>> = None;
     for (i, m) in r.messages.iter().enumerate() {
         let text = m.text();
         let text = if text.len() > budget {
@@ -174,6 +178,7 @@ fn request_attributes(a: &mut Vec<Attr>, info: &ModelInfo, purpose: &'static str
             attrs::clip(text)
         };
         budget = budget.saturating_sub(text.len());
+        let text: std::sync::Arc<str> = text.into();
         let role = role(m).to_string();
         a.push(Attr::new(
             format!("{}.{i}.message.role", attrs::LLM_INPUT_MESSAGES),
@@ -185,19 +190,18 @@ fn request_attributes(a: &mut Vec<Attr>, info: &ModelInfo, purpose: &'static str
         ));
         a.push(Attr::new(
             format!("{}.{i}.role", attrs::GEN_AI_PROMPT),
-            role.clone(),
+            role,
         ));
         a.push(Attr::new(
             format!("{}.{i}.content", attrs::GEN_AI_PROMPT),
             text.clone(),
         ));
-        listed.push(serde_json::json!({"role": role, "content": text}));
+        last = Some(text);
     }
-    a.push(Attr::new(
-        attrs::INPUT_VALUE,
-        attrs::clip(serde_json::json!({ "messages": listed }).to_string()),
-    ));
-    a.push(Attr::new(attrs::INPUT_MIME, "application/json"));
+    if let Some(text) = last {
+        a.push(Attr::new(attrs::INPUT_VALUE, text));
+        a.push(Attr::new(attrs::INPUT_MIME, "text/plain"));
+    }
 }
 
 /// What one call has seen so far.
@@ -316,7 +320,7 @@ impl Call {
             }
             if let Some(acc) = self.output.take() {
                 let message = acc.finish();
-                let text = attrs::clip(message.text());
+                let text: std::sync::Arc<str> = attrs::clip(message.text()).into();
                 a.push(Attr::new(
                     format!("{}.0.message.role", attrs::LLM_OUTPUT_MESSAGES),
                     "assistant",
@@ -332,12 +336,12 @@ impl Call {
                     a.push(Attr::new(format!("{key}.function.name"), tc.name.clone()));
                     a.push(Attr::new(
                         format!("{key}.function.arguments"),
-                        attrs::clip(serde_json::Value::Object(tc.args.clone()).to_string()),
+                        attrs::clip(serde_json::to_string(&tc.args).unwrap_or_default()),
                     ));
                 }
                 let out = serde_json::json!({
                     "role": "assistant",
-                    "content": text,
+                    "content": &*text,
                     "tool_calls": message.tool_calls.iter().map(|t| serde_json::json!({"name": t.name, "args": t.args})).collect::<Vec<_>>(),
                 });
                 a.push(Attr::new(attrs::OUTPUT_VALUE, attrs::clip(out.to_string())));

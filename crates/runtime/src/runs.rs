@@ -553,9 +553,16 @@ fn record_end(
     if let Some(out) = output
         && fawn_telemetry::trace::capture_outputs()
     {
+        // The run's answer: its last message, not the whole state (the conversation is in
+        // the model calls' spans already, and a long thread's state costs every run).
+        let last = out
+            .get("messages")
+            .and_then(Value::as_array)
+            .and_then(|m| m.last());
         span.set_with(|a| {
             use fawn_telemetry::trace::{Attr, attrs};
-            a.push(Attr::new(attrs::OUTPUT_VALUE, attrs::clip(out.to_string())));
+            let value = serde_json::to_string(last.unwrap_or(out)).unwrap_or_default();
+            a.push(Attr::new(attrs::OUTPUT_VALUE, attrs::clip(value)));
             a.push(Attr::new(attrs::OUTPUT_MIME, "application/json"));
         });
     }
