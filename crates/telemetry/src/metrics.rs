@@ -99,6 +99,9 @@ pub struct Metrics {
     pub checkpoint_writes: IntCounter,
     pub checkpoint_write_duration: Histogram,
     pub checkpoint_bytes: IntCounter,
+    pub db_size: IntGaugeVec,
+    pub db_maintenance: IntCounterVec,
+    pub db_pages_vacuumed: IntCounter,
 
     // The event bus between nodes
     pub bus_relayed: IntCounterVec,
@@ -336,6 +339,26 @@ impl Metrics {
             checkpoint_bytes: counter(
                 "fawn_checkpoint_written_bytes_total",
                 "Bytes of checkpoint data (state, writes, metadata as stored) written by this node.",
+            ),
+            db_size: reg(
+                &r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "fawn_db_size_bytes",
+                        "SQLite files on disk by file (database, wal).",
+                    ),
+                    &["file"],
+                )
+                .expect("static gauge vec"),
+            ),
+            db_maintenance: counter_vec(
+                "fawn_db_maintenance_total",
+                "SQLite idle maintenance steps by task (wal_truncate, incremental_vacuum).",
+                &["task"],
+            ),
+            db_pages_vacuumed: counter(
+                "fawn_db_pages_vacuumed_total",
+                "Free SQLite pages handed back to the file system by incremental vacuum.",
             ),
             bus_relayed: counter_vec(
                 "fawn_bus_events_relayed_total",

@@ -14,7 +14,9 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteAutoVacuum, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
+};
 use sqlx::{
     AssertSqlSafe, Database, Decode, PgPool, Postgres, Row as _, SqlStr, Transaction, Type,
 };
@@ -759,22 +761,165 @@ fn migrator(dialect: Dialect) -> Migrator {
     )
 }
 
+/// The newest migration this binary knows, per dialect.
+pub(crate) fn latest_migration(dialect: Dialect) -> i64 {
+    migrator(dialect)
+        .iter()
+        .map(|m| m.version)
+        .max()
+        .unwrap_or(0)
+}
+
+/// Refuses a database whose newest applied migration is one this binary does not know (a
+/// newer Fawn wrote it): migrating it, or serving it with an older schema in mind, could
+/// lose data. `newest` is the database's newest applied migration and its description.
+fn refuse_newer(dialect: Dialect, newest: Option<(i64, String)>) -> crate::Result<()> {
+    let known = latest_migration(dialect);
+    match newest {
+        Some((found, description)) if found > known => Err(StoreError::Database(format!(
+            "this database was written by a newer Fawn: its schema is at migration {found} \
+             ({description:?}), but this Fawn ({}) knows migrations up to {known}. It was \
+             left unchanged; run the newer Fawn, or restore a backup taken before the upgrade",
+            env!("CARGO_PKG_VERSION")
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The newest migration applied to the SQLite database at `path`, read through a read-only
+/// connection (nothing is written), or `None` for a new or empty database.
+fn sqlite_newest_migration(path: &Path) -> crate::Result<Option<(i64, String)>> {
+    if std::fs::metadata(path).map(|m| m.len()).unwrap_or(0) == 0 {
+        return Ok(None);
+    }
+    let opened = rusqlite::Connection::open_with_flags(
+        path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .and_then(|conn| {
+        conn.busy_timeout(Duration::from_secs(10))?;
+        let exists: bool = conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' \
+             AND name = '_sqlx_migrations')",
+            [],
+            |r| r.get(0),
+        )?;
+        if !exists {
+            return Ok(None);
+        }
+        conn.query_row(
+            "SELECT version, description FROM _sqlx_migrations ORDER BY version DESC LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .map(Some)
+        .or_else(|e| match e {
+            rusqlite::Error::QueryReturnedNoRows => Ok(None),
+            e => Err(e),
+        })
+    });
+    opened.map_err(|e| db_error(&format!("cannot read {}", path.display()), e))
+}
+
+/// The newest migration applied to the Postgres schema the pool uses, if any.
+async fn pg_newest_migration(pool: &PgPool) -> crate::Result<Option<(i64, String)>> {
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+        .fetch_one(pool)
+        .await
+        .map_err(|e| db_error("cannot read the Postgres schema", e))?;
+    if !exists {
+        return Ok(None);
+    }
+    sqlx::query_as::<_, (i64, String)>(
+        "SELECT version, description FROM _sqlx_migrations ORDER BY version DESC LIMIT 1",
+    )
+    .fetch_optional(pool)
+    .await
+    .map_err(|e| db_error("cannot read the Postgres schema", e))
+}
+
 fn db_error(context: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::Database(format!("{context}: {e}"))
 }
 
+/// A database with no write ending for this long is idle: maintenance may run.
+const IDLE_BEFORE_MAINTENANCE: Duration = Duration::from_secs(1);
+
 /// Copies the WAL back into the database every 250 ms from a connection of its own
 /// (`PASSIVE`: it never waits for, nor blocks, the writer). A checkpoint syncs the database
 /// file; run by the writer on commit (SQLite's default) that sync stalls every write
-/// queued behind it whenever the disk is slow.
+/// queued behind it whenever the disk is slow. Once no write has ended for
+/// [`IDLE_BEFORE_MAINTENANCE`], it runs [`Lite::maintain`] instead (free pages back to the
+/// file system in small steps, then the WAL cut to zero bytes) until there is nothing
+/// left to do, and reads the files' sizes into `/metrics` every second.
 async fn wal_checkpoints(lite: Arc<Lite>) {
+    let mut seen = lite.writes_seen();
+    let mut last_write = std::time::Instant::now();
+    let mut tidy = false;
+    let mut tick: u64 = 0;
     loop {
         tokio::time::sleep(Duration::from_millis(250)).await;
         if lite.is_closed() {
             return;
         }
-        lite.wal_checkpoint().await;
+        tick += 1;
+        let now = lite.writes_seen();
+        if now != seen {
+            seen = now;
+            last_write = std::time::Instant::now();
+            tidy = false;
+        }
+        if !tidy && last_write.elapsed() >= IDLE_BEFORE_MAINTENANCE {
+            let m = lite.maintain(false).await;
+            record_maintenance(&m);
+            tidy = m.ran && m.wal_truncated && (m.pages_vacuumed == 0 || m.free_pages == 0);
+        } else {
+            lite.wal_checkpoint().await;
+        }
+        if tick % 4 == 1 {
+            record_sizes(lite.path());
+        }
     }
+}
+
+/// Counts what a maintenance step did in `/metrics`.
+fn record_maintenance(m: &super::lite::Maintained) {
+    let metrics = fawn_telemetry::metrics();
+    if m.wal_truncated {
+        metrics
+            .db_maintenance
+            .with_label_values(&["wal_truncate"])
+            .inc();
+    }
+    if m.pages_vacuumed > 0 {
+        metrics
+            .db_maintenance
+            .with_label_values(&["incremental_vacuum"])
+            .inc();
+        metrics.db_pages_vacuumed.inc_by(m.pages_vacuumed);
+    }
+}
+
+/// The database file and its WAL on disk, for `/metrics`.
+fn record_sizes(path: &Path) {
+    let metrics = fawn_telemetry::metrics();
+    let (db, wal) = sqlite_file_sizes(path);
+    metrics
+        .db_size
+        .with_label_values(&["database"])
+        .set(i64::try_from(db).unwrap_or(i64::MAX));
+    metrics
+        .db_size
+        .with_label_values(&["wal"])
+        .set(i64::try_from(wal).unwrap_or(i64::MAX));
+}
+
+/// Bytes of a SQLite database file and of its WAL (0 for a file that is not there).
+pub(crate) fn sqlite_file_sizes(path: &Path) -> (u64, u64) {
+    let len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let mut wal = path.as_os_str().to_os_string();
+    wal.push("-wal");
+    (len(path), len(Path::new(&wal)))
 }
 
 impl Drop for Db {
@@ -814,9 +959,16 @@ impl Db {
                 .await
                 .map_err(|e| db_error(&format!("cannot create directory {}", dir.display()), e))?;
         }
+        // Before anything opens it for writing: a database of a newer Fawn is left alone.
+        refuse_newer(Dialect::Sqlite, sqlite_newest_migration(path)?)?;
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
+            // Takes effect only on a database without tables (a new one; sqlx sets it
+            // before the journal mode, which would otherwise fix the file's format):
+            // freed pages can then be handed back in small steps while idle. An older
+            // database is converted by `fawn db vacuum`.
+            .auto_vacuum(SqliteAutoVacuum::Incremental)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(10))
@@ -891,6 +1043,10 @@ impl Db {
             .connect_with(options)
             .await
             .map_err(|e| db_error("cannot connect to Postgres", e))?;
+        if let Err(e) = refuse_newer(Dialect::Postgres, pg_newest_migration(&pool).await?) {
+            pool.close().await;
+            return Err(e);
+        }
         migrator(Dialect::Postgres)
             .run(&pool)
             .await
@@ -992,6 +1148,27 @@ impl Db {
                 .await?
             }
         })
+    }
+
+    /// SQLite: one step of idle maintenance now, waiting for the writer (see
+    /// [`Lite::maintain`]); Postgres: nothing (autovacuum does its part).
+    pub async fn maintain(&self) -> crate::Maintenance {
+        match &self.pools {
+            Pools::Sqlite { lite, .. } => {
+                let m = lite.maintain(true).await;
+                record_maintenance(&m);
+                let (db_bytes, wal_bytes) = sqlite_file_sizes(lite.path());
+                crate::Maintenance {
+                    ran: m.ran,
+                    wal_truncated: m.wal_truncated,
+                    pages_vacuumed: m.pages_vacuumed,
+                    free_pages: m.free_pages,
+                    db_bytes,
+                    wal_bytes,
+                }
+            }
+            Pools::Pg { .. } => crate::Maintenance::default(),
+        }
     }
 
     pub async fn ping(&self) -> bool {

@@ -43,6 +43,12 @@ const GROUP_MAX_OPEN: Duration = Duration::from_millis(2);
 const GROUP_FALLBACK: Duration = Duration::from_millis(20);
 /// Failed groups remembered for their waiting members.
 const FAILURES_KEPT: usize = 64;
+/// Whenever the WAL restarts from its beginning, SQLite cuts the file back to this size
+/// (without it the file keeps its high-water mark for as long as the server runs).
+pub(crate) const JOURNAL_SIZE_LIMIT: i64 = 4 * 1024 * 1024;
+/// Pages one maintenance step hands back to the file system (`PRAGMA incremental_vacuum`):
+/// 1 MiB of 4 KiB pages, a step of a few milliseconds that holds the writer meanwhile.
+pub(crate) const VACUUM_STEP_PAGES: i64 = 256;
 
 /// What an operation on a closed database answers.
 fn closed() -> DbErr {
@@ -67,6 +73,12 @@ pub(crate) fn connect(path: &Path) -> rusqlite::Result<Connection> {
          PRAGMA foreign_keys = OFF;
          PRAGMA temp_store = MEMORY;
          PRAGMA wal_autocheckpoint = 8192;",
+    )?;
+    // Answers with a row, as `journal_mode` does.
+    conn.query_row(
+        &format!("PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}"),
+        [],
+        |_| Ok(()),
     )?;
     conn.set_prepared_statement_cache_capacity(256);
     Ok(conn)
@@ -95,6 +107,9 @@ struct Shared {
     finished: watch::Sender<u64>,
     /// Recently failed groups and why.
     failures: Mutex<VecDeque<(u64, String)>>,
+    /// Rows the writer has changed, as of its last commit (`sqlite3_total_changes`): a
+    /// transaction that changed nothing (a claim finding no run) writes nothing to the WAL.
+    changes: std::sync::atomic::AtomicU64,
 }
 
 /// Counts a task as waiting for the writer until dropped.
@@ -125,12 +140,32 @@ pub(crate) struct Lite {
     checkpointer: Arc<Mutex<Option<Connection>>>,
     /// How long a write waits for the writer.
     acquire_timeout: Duration,
+    /// The database file (its WAL is the same path with `-wal`).
+    path: std::path::PathBuf,
+    /// `PRAGMA auto_vacuum` of the file: 2 (incremental) lets maintenance return freed
+    /// pages to the file system.
+    auto_vacuum: i64,
+}
+
+/// What one maintenance step did (see [`Lite::maintain`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Maintained {
+    /// False when the writer or a reader was busy: nothing was done.
+    pub ran: bool,
+    pub wal_truncated: bool,
+    pub pages_vacuumed: u64,
+    /// Pages still on the freelist afterwards.
+    pub free_pages: u64,
 }
 
 impl Lite {
     pub fn open(path: &Path, readers: u32, acquire_timeout: Duration) -> rusqlite::Result<Lite> {
         let writer = connect(path)?;
+        let auto_vacuum: i64 = writer.query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?;
         let checkpointer = connect(path)?;
+        // A truncating checkpoint that would have to wait for a reader or a writer gives up
+        // at once instead (it is retried at the next idle moment).
+        checkpointer.busy_timeout(Duration::ZERO)?;
         let readers = (0..readers.max(1))
             .map(|_| connect(path).map(|c| Mutex::new(Some(c))))
             .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -144,12 +179,111 @@ impl Lite {
                 waiting: AtomicUsize::new(0),
                 finished: watch::channel(0).0,
                 failures: Mutex::new(VecDeque::new()),
+                changes: std::sync::atomic::AtomicU64::new(0),
             }),
             readers: readers.into(),
             next_reader: AtomicUsize::new(0),
             checkpointer: Arc::new(Mutex::new(Some(checkpointer))),
             acquire_timeout,
+            path: path.to_path_buf(),
+            auto_vacuum,
         })
+    }
+
+    /// The database file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A number that changes whenever a committed write changed rows: the maintenance
+    /// loop sees the database idle while it stays put.
+    pub fn writes_seen(&self) -> u64 {
+        self.shared.changes.load(Ordering::Relaxed)
+    }
+
+    /// One step of idle maintenance, holding the writer meanwhile (so no write of this
+    /// process interleaves; others wait on the async mutex, never on a thread): hand up to
+    /// [`VACUUM_STEP_PAGES`] free pages back to the file system (incremental auto-vacuum
+    /// databases only), then `wal_checkpoint(TRUNCATE)`, which copies what is left in the
+    /// WAL into the database and cuts the WAL file to zero bytes. The checkpoint gives up
+    /// at once if a reader still uses the WAL. `wait`: wait for the writer (and commit a
+    /// group left open) instead of doing nothing when it is busy.
+    pub async fn maintain(&self, wait: bool) -> Maintained {
+        let guard = if wait {
+            match self.lock_writer().await {
+                Ok(g) => g,
+                Err(_) => return Maintained::default(),
+            }
+        } else {
+            match self.writer.clone().try_lock_owned() {
+                Ok(g) if g.open.is_none() && g.conn.is_some() => g,
+                _ => return Maintained::default(),
+            }
+        };
+        let checkpointer = self.checkpointer.clone();
+        let shared = self.shared.clone();
+        let vacuum = self.auto_vacuum == 2;
+        let done = tokio::task::spawn_blocking(move || -> rusqlite::Result<Maintained> {
+            let mut guard = guard;
+            if guard.open.is_some() {
+                finish_group(&mut guard, &shared);
+            }
+            let mut out = Maintained {
+                ran: true,
+                ..Maintained::default()
+            };
+            let Some(conn) = guard.conn.as_ref() else {
+                return Ok(Maintained::default());
+            };
+            let free = |conn: &Connection| -> rusqlite::Result<i64> {
+                conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))
+            };
+            let before = free(conn)?;
+            if vacuum && before > 0 {
+                // One result row per page freed: step it to the end.
+                let mut stmt =
+                    conn.prepare(&format!("PRAGMA incremental_vacuum({VACUUM_STEP_PAGES})"))?;
+                let mut rows = stmt.raw_query();
+                while rows.next()?.is_some() {}
+                drop(rows);
+                let after = free(conn)?;
+                out.pages_vacuumed = u64::try_from(before - after).unwrap_or(0);
+                out.free_pages = u64::try_from(after).unwrap_or(0);
+            } else {
+                out.free_pages = u64::try_from(before).unwrap_or(0);
+            }
+            let cp = checkpointer
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if let Some(cp) = cp.as_ref() {
+                // (busy, frames in the WAL, frames checkpointed); busy = 1 when a reader
+                // or a writer of another process kept it from finishing.
+                let (busy, _, _): (i64, i64, i64) = cp
+                    .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                    })
+                    .or_else(|e| match e.sqlite_error_code() {
+                        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => Ok((1, 0, 0)),
+                        _ => Err(e),
+                    })?;
+                out.wal_truncated = busy == 0;
+            }
+            drop(cp);
+            drop(guard);
+            Ok(out)
+        })
+        .await;
+        match done {
+            Ok(Ok(m)) => m,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "SQLite maintenance failed");
+                Maintained::default()
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "SQLite maintenance task failed");
+                Maintained::default()
+            }
+        }
     }
 
     /// Runs `f` on a free read connection (or waits briefly for one: reads hold a
@@ -339,7 +473,12 @@ fn finish_group(w: &mut Writer, shared: &Shared) {
             Some("the group transaction was rolled back by the database".to_string())
         }
         Some(conn) => match cached(conn, "COMMIT") {
-            Ok(()) => None,
+            Ok(()) => {
+                shared
+                    .changes
+                    .store(conn.total_changes(), Ordering::Relaxed);
+                None
+            }
             Err(e) => {
                 let msg = match &e {
                     DbErr::Lite(e) => e.to_string(),

@@ -168,6 +168,10 @@ impl Persistence for SqlStore {
         self.db.pool_stats()
     }
 
+    async fn maintain(&self) -> Maintenance {
+        self.db.maintain().await
+    }
+
     async fn queue_stats(&self) -> Result<QueueStats> {
         let pending = self
             .db
