@@ -1209,6 +1209,57 @@ impl Db {
 mod tests {
     use super::*;
 
+    /// Every migration runs in one transaction with its bookkeeping row: one that fails
+    /// halfway leaves nothing of itself behind, and is not recorded.
+    #[tokio::test]
+    async fn a_failing_migration_leaves_nothing_behind() {
+        for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+            assert!(migrator(dialect).iter().all(|m| !m.no_tx));
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(
+                SqliteConnectOptions::new()
+                    .filename(dir.path().join("m.db"))
+                    .create_if_missing(true),
+            )
+            .await
+            .unwrap();
+        let bad = Migrator::with_migrations(vec![Migration::new(
+            1,
+            Cow::Borrowed("half done"),
+            MigrationType::Simple,
+            SqlStr::from_static("CREATE TABLE half (x INTEGER); INSERT INTO missing VALUES (1);"),
+            false,
+        )]);
+        assert!(bad.run(&pool).await.is_err());
+        let left: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM sqlite_master WHERE name = 'half'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        assert_eq!(left, 0, "the migration's first statement was rolled back");
+        let recorded: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(recorded, 0);
+        pool.close().await;
+    }
+
+    #[test]
+    fn latest_migrations() {
+        assert_eq!(latest_migration(Dialect::Sqlite), 7);
+        assert_eq!(latest_migration(Dialect::Postgres), 11);
+        assert!(refuse_newer(Dialect::Sqlite, Some((7, "x".into()))).is_ok());
+        assert!(refuse_newer(Dialect::Sqlite, None).is_ok());
+        let e = refuse_newer(Dialect::Sqlite, Some((8, "next".into())))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("migration 8") && e.contains("up to 7"), "{e}");
+    }
+
     #[test]
     fn schema_names() {
         assert!(valid_schema_name("fawn"));

@@ -391,3 +391,85 @@ async fn vacuum_converts_an_old_database_and_shrinks_it() {
     );
     db.close().await;
 }
+
+/// What docs/operations.md tells Postgres operators: `pg_dump` of Fawn's schema, then
+/// `pg_restore` into an empty database, gives a store that opens (no migration to run)
+/// with every checkpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_dump_and_pg_restore_bring_a_schema_back() {
+    use sqlx::Connection;
+    let Some(t) = TestDb::postgres() else {
+        return;
+    };
+    let has = |tool: &str| {
+        std::process::Command::new(tool)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !has("pg_dump") || !has("pg_restore") {
+        eprintln!("\n!!!!! pg_dump/pg_restore not installed: SKIPPING the restore test !!!!!\n");
+        return;
+    }
+    let BackendConfig::Postgres { url, schema } = t.config.clone() else {
+        unreachable!()
+    };
+    let schema = schema.unwrap();
+    let db = t.open().await;
+    let (thread, ids) = burst(&*db, 5, 2048).await;
+    db.close().await;
+    let dir = tempfile::tempdir().unwrap();
+    let dump = dir.path().join("fawn.dump");
+    let out = std::process::Command::new("pg_dump")
+        .args(["--format=custom", "--schema", &schema, "--file"])
+        .arg(&dump)
+        .arg(&url)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let name = format!("fawn_restore_{}", uuid::Uuid::new_v4().simple());
+    let (base, _) = url.rsplit_once('/').unwrap();
+    let restored_url = format!("{base}/{name}");
+    let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let out = std::process::Command::new("pg_restore")
+        .args(["--no-owner", "--dbname", &restored_url])
+        .arg(&dump)
+        .output()
+        .unwrap();
+    let restored = BackendConfig::Postgres {
+        url: restored_url.clone(),
+        schema: Some(schema.clone()),
+    };
+    let checked = async {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let copy = open(&restored).await.unwrap();
+        let latest = copy
+            .get_checkpoint(&thread, "", None)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(latest.checkpoint_id, ids[4]);
+        assert_eq!(latest.state.messages.len(), 5);
+        copy.close().await;
+    };
+    checked.await;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE \"{name}\" WITH (FORCE)"
+    )))
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    admin.close().await.unwrap();
+}
