@@ -437,6 +437,9 @@ impl Metrics {
         for state in ["open", "idle", "in_use"] {
             m.db_pool.with_label_values(&[state]);
         }
+        for task in ["wal_truncate", "incremental_vacuum"] {
+            m.db_maintenance.with_label_values(&[task]);
+        }
         m
     }
 
@@ -712,6 +715,7 @@ mod tests {
         // Families with known label values are there before their first event.
         assert!(text.contains("fawn_runs_finished_total{status=\"timeout\"} 0"));
         assert!(text.contains("# HELP fawn_sandbox_limits_hit_total "));
+        assert!(text.contains("fawn_db_maintenance_total{task=\"wal_truncate\"} 0"));
         let json = m.render_json();
         let finished = json["metrics"]["fawn_runs_finished_total"]["samples"]
             .as_array()

@@ -990,6 +990,7 @@ impl Db {
             .map_err(|e| db_error(&format!("cannot open {}", path.display()), e))?
             .map_err(|e| db_error(&format!("cannot open {}", path.display()), e))?;
         let lite = Arc::new(lite);
+        record_sizes(path);
         Ok(Db {
             dialect: Dialect::Sqlite,
             pools: Pools::Sqlite {

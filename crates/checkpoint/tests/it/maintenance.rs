@@ -74,9 +74,17 @@ async fn the_wal_is_cut_to_nothing_by_maintenance() {
     burst(&*db, 150, 8 * 1024).await;
     // Right after the burst (the background maintenance waits for a second of quiet).
     assert!(wal_len(&path) > 0, "the burst went through the WAL");
+    let truncations = || {
+        fawn_telemetry::metrics()
+            .db_maintenance
+            .with_label_values(&["wal_truncate"])
+            .get()
+    };
+    let counted = truncations();
     let m = db.maintain().await;
     assert!(m.ran, "{m:?}");
     assert!(m.wal_truncated, "{m:?}");
+    assert!(truncations() > counted, "counted in /metrics");
     assert_eq!(m.wal_bytes, 0, "{m:?}");
     assert_eq!(wal_len(&path), 0);
     // Still a working database afterwards.
