@@ -208,6 +208,8 @@ pub(crate) enum Arg {
     Bool(Option<bool>),
     /// JSON text; bound as TEXT on SQLite and JSONB on Postgres.
     Json(Option<String>),
+    /// Bytes (a packed snapshot, SQLite only: see `pack`).
+    Blob(Option<Vec<u8>>),
 }
 
 impl Arg {
@@ -347,6 +349,7 @@ impl Sql {
                 Arg::Int(v) => q.bind(v),
                 Arg::Float(v) => q.bind(v),
                 Arg::Bool(v) => q.bind(v),
+                Arg::Blob(v) => q.bind(v),
                 Arg::Json(v) => {
                     let raw = match v {
                         Some(text) => Some(sqlx::types::Json(
@@ -685,6 +688,11 @@ fn migrator(dialect: Dialect) -> Migrator {
                 7,
                 "user needs_setup",
                 include_str!("../../../../migrations/sqlite/0007_user_needs_setup.sql"),
+            ),
+            (
+                8,
+                "packed snapshots",
+                include_str!("../../../../migrations/sqlite/0008_packed_snapshots.sql"),
             ),
         ],
         Dialect::Postgres => &[
@@ -1251,14 +1259,14 @@ mod tests {
 
     #[test]
     fn latest_migrations() {
-        assert_eq!(latest_migration(Dialect::Sqlite), 7);
+        assert_eq!(latest_migration(Dialect::Sqlite), 8);
         assert_eq!(latest_migration(Dialect::Postgres), 11);
-        assert!(refuse_newer(Dialect::Sqlite, Some((7, "x".into()))).is_ok());
+        assert!(refuse_newer(Dialect::Sqlite, Some((8, "x".into()))).is_ok());
         assert!(refuse_newer(Dialect::Sqlite, None).is_ok());
-        let e = refuse_newer(Dialect::Sqlite, Some((8, "next".into())))
+        let e = refuse_newer(Dialect::Sqlite, Some((9, "next".into())))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("migration 8") && e.contains("up to 7"), "{e}");
+        assert!(e.contains("migration 9") && e.contains("up to 8"), "{e}");
     }
 
     #[test]

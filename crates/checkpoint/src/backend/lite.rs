@@ -626,6 +626,7 @@ fn bind(stmt: &mut rusqlite::Statement<'_>, args: &[Arg]) -> DbResult<()> {
             Arg::Int(v) => stmt.raw_bind_parameter(i, *v),
             Arg::Float(v) => stmt.raw_bind_parameter(i, *v),
             Arg::Bool(v) => stmt.raw_bind_parameter(i, v.map(i64::from)),
+            Arg::Blob(v) => stmt.raw_bind_parameter(i, v.as_deref()),
         };
         bound.map_err(DbErr::Lite)?;
     }
@@ -704,9 +705,14 @@ impl LiteRow {
         match self.value(col)? {
             LiteValue::Null => Ok(None),
             LiteValue::Text(s) => Ok(Some(s.clone())),
-            LiteValue::Blob(b) => String::from_utf8(b.clone())
-                .map(Some)
-                .map_err(|_| DbErr::corrupt(format!("column {col}: not UTF-8"))),
+            LiteValue::Blob(b) => match super::pack::unpack(b) {
+                Some(text) => text
+                    .map(Some)
+                    .map_err(|e| DbErr::corrupt(format!("column {col}: {e}"))),
+                None => String::from_utf8(b.clone())
+                    .map(Some)
+                    .map_err(|_| DbErr::corrupt(format!("column {col}: not UTF-8"))),
+            },
             other => Err(Self::mismatch(col, "text", other)),
         }
     }

@@ -20,6 +20,7 @@ pub(crate) mod db;
 mod items;
 mod journal;
 mod lite;
+pub(crate) mod pack;
 mod runs;
 mod storage;
 mod threads;
