@@ -415,8 +415,8 @@ pub trait Persistence:
     /// How many runs wait and run, database-wide.
     async fn queue_stats(&self) -> Result<QueueStats>;
     /// One step of the maintenance an idle SQLite database gets in the background anyway
-    /// (free pages back to the file system, up to 1 MiB per step; the WAL cut to zero
-    /// bytes), now: waits for the writer, then holds it for the step. Nothing on Postgres.
+    /// (free pages back to the file system, up to 64 per step; the WAL cut to zero bytes),
+    /// now: waits for the writer when it is busy. Nothing on Postgres.
     async fn maintain(&self) -> Maintenance {
         Maintenance::default()
     }

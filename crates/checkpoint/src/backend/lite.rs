@@ -47,8 +47,9 @@ const FAILURES_KEPT: usize = 64;
 /// (without it the file keeps its high-water mark for as long as the server runs).
 pub(crate) const JOURNAL_SIZE_LIMIT: i64 = 4 * 1024 * 1024;
 /// Pages one maintenance step hands back to the file system (`PRAGMA incremental_vacuum`):
-/// 1 MiB of 4 KiB pages, a step of a few milliseconds that holds the writer meanwhile.
-pub(crate) const VACUUM_STEP_PAGES: i64 = 256;
+/// 256 KiB of 4 KiB pages, a step of a millisecond or two that holds the writer meanwhile
+/// (256 pages held it for up to 8 ms on a slow disk). Steps come every 250 ms while idle.
+pub(crate) const VACUUM_STEP_PAGES: i64 = 64;
 
 /// What an operation on a closed database answers.
 fn closed() -> DbErr {
@@ -201,87 +202,115 @@ impl Lite {
         self.shared.changes.load(Ordering::Relaxed)
     }
 
-    /// One step of idle maintenance, holding the writer meanwhile (so no write of this
-    /// process interleaves; others wait on the async mutex, never on a thread): hand up to
+    /// One step of idle maintenance, in three phases so that the writer is held only
+    /// for work that does not wait for the disk: (1) with the writer, hand up to
     /// [`VACUUM_STEP_PAGES`] free pages back to the file system (incremental auto-vacuum
-    /// databases only), then `wal_checkpoint(TRUNCATE)`, which copies what is left in the
-    /// WAL into the database and cuts the WAL file to zero bytes. The checkpoint gives up
-    /// at once if a reader still uses the WAL. `wait`: wait for the writer (and commit a
-    /// group left open) instead of doing nothing when it is busy.
+    /// databases only; a WAL commit, no sync); (2) without it, a passive checkpoint copies
+    /// the WAL into the database and syncs it; (3) with the writer again,
+    /// `wal_checkpoint(TRUNCATE)`, which finds nothing left to copy and cuts the WAL file to
+    /// zero bytes. Writes of this process that arrive meanwhile wait on the async mutex,
+    /// never on a thread; the checkpoint gives up at once if a reader still uses the WAL.
+    /// `wait`: wait for the writer (and commit a group left open) instead of doing nothing
+    /// when it is busy.
     pub async fn maintain(&self, wait: bool) -> Maintained {
+        let vacuum = self.auto_vacuum == 2;
+        let Some(mut out) = self
+            .with_idle_writer(wait, move |conn| {
+                let free = |conn: &Connection| -> rusqlite::Result<i64> {
+                    conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))
+                };
+                let before = free(conn)?;
+                let mut out = Maintained {
+                    ran: true,
+                    free_pages: u64::try_from(before).unwrap_or(0),
+                    ..Maintained::default()
+                };
+                if vacuum && before > 0 {
+                    // One result row per page freed: step it to the end.
+                    let mut stmt =
+                        conn.prepare(&format!("PRAGMA incremental_vacuum({VACUUM_STEP_PAGES})"))?;
+                    let mut rows = stmt.raw_query();
+                    while rows.next()?.is_some() {}
+                    drop(rows);
+                    let after = free(conn)?;
+                    out.pages_vacuumed = u64::try_from(before - after).unwrap_or(0);
+                    out.free_pages = u64::try_from(after).unwrap_or(0);
+                }
+                Ok(out)
+            })
+            .await
+        else {
+            return Maintained::default();
+        };
+        self.wal_checkpoint().await;
+        let checkpointer = self.checkpointer.clone();
+        let truncated = self
+            .with_idle_writer(wait, move |_| {
+                let cp = checkpointer
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                let Some(cp) = cp.as_ref() else {
+                    return Ok(false);
+                };
+                // (busy, frames in the WAL, frames checkpointed); busy = 1 when a reader
+                // or a writer of another process kept it from finishing.
+                let busy: i64 = cp
+                    .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
+                    .or_else(|e| match e.sqlite_error_code() {
+                        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => Ok(1),
+                        _ => Err(e),
+                    })?;
+                Ok(busy == 0)
+            })
+            .await;
+        out.wal_truncated = truncated.unwrap_or(false);
+        out
+    }
+
+    /// Runs `f` on the writer connection on a blocking thread, holding the writer (no group
+    /// open) meanwhile. `None` when the writer is busy (and `wait` is false), the database
+    /// is closed, or `f` failed (logged).
+    async fn with_idle_writer<T: Send + 'static>(
+        &self,
+        wait: bool,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Option<T> {
         let guard = if wait {
-            match self.lock_writer().await {
-                Ok(g) => g,
-                Err(_) => return Maintained::default(),
-            }
+            self.lock_writer().await.ok()?
         } else {
             match self.writer.clone().try_lock_owned() {
                 Ok(g) if g.open.is_none() && g.conn.is_some() => g,
-                _ => return Maintained::default(),
+                _ => return None,
             }
         };
-        let checkpointer = self.checkpointer.clone();
         let shared = self.shared.clone();
-        let vacuum = self.auto_vacuum == 2;
-        let done = tokio::task::spawn_blocking(move || -> rusqlite::Result<Maintained> {
+        let done = tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
             let mut guard = guard;
             if guard.open.is_some() {
                 finish_group(&mut guard, &shared);
             }
-            let mut out = Maintained {
-                ran: true,
-                ..Maintained::default()
+            let out = match guard.conn.as_ref() {
+                Some(conn) => f(conn).map(Some),
+                None => Ok(None),
             };
-            let Some(conn) = guard.conn.as_ref() else {
-                return Ok(Maintained::default());
-            };
-            let free = |conn: &Connection| -> rusqlite::Result<i64> {
-                conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))
-            };
-            let before = free(conn)?;
-            if vacuum && before > 0 {
-                // One result row per page freed: step it to the end.
-                let mut stmt =
-                    conn.prepare(&format!("PRAGMA incremental_vacuum({VACUUM_STEP_PAGES})"))?;
-                let mut rows = stmt.raw_query();
-                while rows.next()?.is_some() {}
-                drop(rows);
-                let after = free(conn)?;
-                out.pages_vacuumed = u64::try_from(before - after).unwrap_or(0);
-                out.free_pages = u64::try_from(after).unwrap_or(0);
-            } else {
-                out.free_pages = u64::try_from(before).unwrap_or(0);
-            }
-            let cp = checkpointer
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            if let Some(cp) = cp.as_ref() {
-                // (busy, frames in the WAL, frames checkpointed); busy = 1 when a reader
-                // or a writer of another process kept it from finishing.
-                let (busy, _, _): (i64, i64, i64) = cp
-                    .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
-                        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-                    })
-                    .or_else(|e| match e.sqlite_error_code() {
-                        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => Ok((1, 0, 0)),
-                        _ => Err(e),
-                    })?;
-                out.wal_truncated = busy == 0;
-            }
-            drop(cp);
             drop(guard);
-            Ok(out)
+            tracing::debug!(
+                held_us = started.elapsed().as_micros() as u64,
+                "SQLite maintenance held the writer"
+            );
+            out
         })
         .await;
         match done {
-            Ok(Ok(m)) => m,
+            Ok(Ok(v)) => v,
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "SQLite maintenance failed");
-                Maintained::default()
+                None
             }
             Err(e) => {
                 tracing::debug!(error = %e, "SQLite maintenance task failed");
-                Maintained::default()
+                None
             }
         }
     }

@@ -104,7 +104,7 @@ async fn freed_pages_go_back_to_the_file_system() {
     let full = m.db_bytes;
     assert!(full > 2_000_000, "{m:?}");
     assert!(db.delete_thread(&thread).await.unwrap());
-    // Each step returns at most 1 MiB; step until nothing is left.
+    // Each step returns at most 64 pages; step until nothing is left.
     let mut vacuumed = 0;
     let mut last = db.maintain().await;
     for _ in 0..200 {
