@@ -47,8 +47,8 @@ const FAILURES_KEPT: usize = 64;
 /// (without it the file keeps its high-water mark for as long as the server runs).
 pub(crate) const JOURNAL_SIZE_LIMIT: i64 = 4 * 1024 * 1024;
 /// Pages one maintenance step hands back to the file system (`PRAGMA incremental_vacuum`):
-/// 256 KiB of 4 KiB pages, a step of a millisecond or two that holds the writer meanwhile
-/// (256 pages held it for up to 8 ms on a slow disk). Steps come every 250 ms while idle.
+/// 256 KiB of 4 KiB pages, a step that held the writer for under a millisecond on the test
+/// machine (256 pages: up to 12 ms). Steps come every 250 ms while idle.
 pub(crate) const VACUUM_STEP_PAGES: i64 = 64;
 
 /// What an operation on a closed database answers.
