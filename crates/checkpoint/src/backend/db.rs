@@ -852,6 +852,10 @@ fn db_error(context: &str, e: impl std::fmt::Display) -> StoreError {
 
 /// A database with no write ending for this long is idle: maintenance may run.
 const IDLE_BEFORE_MAINTENANCE: Duration = Duration::from_secs(1);
+/// While writes go on, a WAL file bigger than this is cut back anyway, at most once per
+/// [`IDLE_BEFORE_MAINTENANCE`] (readers that never let the WAL restart would otherwise let
+/// it grow up to the autocheckpoint size, 32 MiB, between idle moments).
+const WAL_BUSY_LIMIT: u64 = 4 * lite::JOURNAL_SIZE_LIMIT as u64;
 
 /// Copies the WAL back into the database every 250 ms from a connection of its own
 /// (`PASSIVE`: it never waits for, nor blocks, the writer). A checkpoint syncs the database
@@ -864,6 +868,7 @@ async fn wal_checkpoints(lite: Arc<Lite>) {
     let mut seen = lite.writes_seen();
     let mut last_write = std::time::Instant::now();
     let mut tidy = false;
+    let mut last_forced = std::time::Instant::now();
     let mut tick: u64 = 0;
     loop {
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -881,6 +886,14 @@ async fn wal_checkpoints(lite: Arc<Lite>) {
             let m = lite.maintain(false).await;
             record_maintenance(&m);
             tidy = m.ran && m.wal_truncated && (m.pages_vacuumed == 0 || m.free_pages == 0);
+        } else if last_forced.elapsed() >= IDLE_BEFORE_MAINTENANCE
+            && sqlite_file_sizes(lite.path()).1 > WAL_BUSY_LIMIT
+        {
+            let m = lite.maintain(false).await;
+            record_maintenance(&m);
+            if m.ran {
+                last_forced = std::time::Instant::now();
+            }
         } else {
             lite.wal_checkpoint().await;
         }
