@@ -850,7 +850,8 @@ fn db_error(context: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::Database(format!("{context}: {e}"))
 }
 
-/// A database with no write ending for this long is idle: maintenance may run.
+/// A database whose committed writes have changed no row for this long is idle:
+/// maintenance may run.
 const IDLE_BEFORE_MAINTENANCE: Duration = Duration::from_secs(1);
 /// While writes go on, a WAL file bigger than this is cut back anyway, at most once per
 /// [`IDLE_BEFORE_MAINTENANCE`] (readers that never let the WAL restart would otherwise let
@@ -860,8 +861,8 @@ const WAL_BUSY_LIMIT: u64 = 4 * lite::JOURNAL_SIZE_LIMIT as u64;
 /// Copies the WAL back into the database every 250 ms from a connection of its own
 /// (`PASSIVE`: it never waits for, nor blocks, the writer). A checkpoint syncs the database
 /// file; run by the writer on commit (SQLite's default) that sync stalls every write
-/// queued behind it whenever the disk is slow. Once no write has ended for
-/// [`IDLE_BEFORE_MAINTENANCE`], it runs [`Lite::maintain`] instead (free pages back to the
+/// queued behind it whenever the disk is slow. Once no committed write has changed a row
+/// for [`IDLE_BEFORE_MAINTENANCE`], it runs [`Lite::maintain`] instead (free pages back to the
 /// file system in small steps, then the WAL cut to zero bytes) until there is nothing
 /// left to do, and reads the files' sizes into `/metrics` every second.
 async fn wal_checkpoints(lite: Arc<Lite>) {
