@@ -16,6 +16,7 @@
 //! * Thread status is derived (busy while a run is pending or running, else error /
 //!   interrupted / idle from the last run) and changes in the same transaction as the runs.
 
+pub mod admin;
 mod backend;
 mod cache;
 pub mod ids;
@@ -413,6 +414,12 @@ pub trait Persistence:
     fn pool_stats(&self) -> PoolStats;
     /// How many runs wait and run, database-wide.
     async fn queue_stats(&self) -> Result<QueueStats>;
+    /// One step of the maintenance an idle SQLite database gets in the background anyway
+    /// (free pages back to the file system, up to 64 per step; the WAL cut to zero bytes),
+    /// now: waits for the writer when it is busy. Nothing on Postgres.
+    async fn maintain(&self) -> Maintenance {
+        Maintenance::default()
+    }
     /// Waits for in-flight statements and closes the connections (graceful shutdown).
     /// Every later call fails with [`StoreError::Database`].
     async fn close(&self);

@@ -655,6 +655,24 @@ pub struct PoolStats {
     pub waiting: u32,
 }
 
+/// What one step of database maintenance did ([`crate::Persistence::maintain`]). SQLite
+/// only; on Postgres every field is zero.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Maintenance {
+    /// False when it could not run (the database is closed, or it failed: see the log).
+    pub ran: bool,
+    /// The write-ahead log was copied into the database and cut to zero bytes (false when a
+    /// reader, e.g. another process, still used it).
+    pub wal_truncated: bool,
+    /// Free pages handed back to the file system (incremental auto-vacuum databases only).
+    pub pages_vacuumed: u64,
+    /// Free pages left in the file.
+    pub free_pages: u64,
+    /// The database file and its WAL afterwards.
+    pub db_bytes: u64,
+    pub wal_bytes: u64,
+}
+
 /// The run queue now, database-wide (`/metrics`).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct QueueStats {

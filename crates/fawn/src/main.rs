@@ -53,6 +53,34 @@ enum Command {
     /// API keys for SDK clients (`x-api-key` / LANGGRAPH_API_KEY): create, list, revoke.
     #[command(subcommand, name = "api-key")]
     ApiKey(KeyCommand),
+    /// The database: where the bytes go, an online backup (SQLite), compaction (SQLite).
+    #[command(subcommand)]
+    Db(DbCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum DbCommand {
+    /// Sizes per table and index, the largest threads, the WAL and free space. Read-only;
+    /// safe while the server runs.
+    Stats {
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// A consistent copy of the SQLite database at PATH (a new file), taken while the
+    /// server may be running: it holds every write committed when the copy began. Start
+    /// Fawn on the copy to restore it. Postgres: use pg_dump (docs/operations.md).
+    Backup {
+        path: PathBuf,
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Rewrites the SQLite database compactly and switches it to incremental auto-vacuum,
+    /// so a running server hands freed space back from then on. Stop the server first:
+    /// writes wait for as long as the rewrite takes.
+    Vacuum {
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -168,6 +196,10 @@ fn main() -> ExitCode {
         Command::ApiKey(cmd) => {
             LOGS_TO_STDERR.store(true, std::sync::atomic::Ordering::Relaxed);
             report(key_command(cmd))
+        }
+        Command::Db(cmd) => {
+            LOGS_TO_STDERR.store(true, std::sync::atomic::Ordering::Relaxed);
+            report(db_command(cmd))
         }
     }
 }
@@ -581,6 +613,78 @@ fn migrate(config: Option<PathBuf>) -> anyhow::Result<()> {
                     .map(|s| format!(" (schema {s})"))
                     .unwrap_or_default()
             ),
+        }
+        Ok(())
+    })
+}
+
+fn megabytes(bytes: u64) -> String {
+    format!("{:.2} MB", bytes as f64 / 1_000_000.0)
+}
+
+fn db_command(cmd: DbCommand) -> anyhow::Result<()> {
+    let config = match &cmd {
+        DbCommand::Stats { config } | DbCommand::Vacuum { config } => config.clone(),
+        DbCommand::Backup { config, .. } => config.clone(),
+    };
+    let settings = load_settings(config, false)?;
+    let backend = fawn_checkpoint::BackendConfig::from_settings(&settings)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    runtime(Some(1))?.block_on(async move {
+        match cmd {
+            DbCommand::Stats { .. } => {
+                let s = fawn_checkpoint::admin::stats(&backend)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                match &backend {
+                    fawn_checkpoint::BackendConfig::Sqlite { path } => {
+                        println!("SQLite {} (schema version {})", path.display(), s.schema_version);
+                        println!(
+                            "database {}, WAL {}, free pages {}, auto_vacuum {}",
+                            megabytes(s.db_bytes),
+                            megabytes(s.wal_bytes),
+                            megabytes(s.free_bytes),
+                            s.auto_vacuum.as_deref().unwrap_or("?")
+                        );
+                        if s.auto_vacuum.as_deref() != Some("incremental") {
+                            println!("  (`fawn db vacuum` converts it, so freed space goes back to the disk)");
+                        }
+                    }
+                    fawn_checkpoint::BackendConfig::Postgres { schema, .. } => println!(
+                        "Postgres{} (schema version {}): tables and indexes {}",
+                        schema
+                            .as_deref()
+                            .map(|s| format!(" schema {s}"))
+                            .unwrap_or_default(),
+                        s.schema_version,
+                        megabytes(s.db_bytes)
+                    ),
+                }
+                println!("\ntables and indexes:");
+                for o in s.objects.iter().filter(|o| o.bytes > 0) {
+                    println!("  {:>10}  {:<5}  {}", megabytes(o.bytes), o.kind, o.name);
+                }
+                println!("\nlargest threads (stored values):");
+                for t in &s.largest_threads {
+                    println!("  {:>10}  {}", megabytes(t.bytes), t.thread_id);
+                }
+            }
+            DbCommand::Backup { path, .. } => {
+                let size = fawn_checkpoint::admin::backup(&backend, &path)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                println!("backup written: {} ({})", path.display(), megabytes(size));
+            }
+            DbCommand::Vacuum { .. } => {
+                let v = fawn_checkpoint::admin::vacuum(&backend)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                println!(
+                    "vacuumed: {} -> {} (auto_vacuum incremental)",
+                    megabytes(v.bytes_before),
+                    megabytes(v.bytes_after)
+                );
+            }
         }
         Ok(())
     })

@@ -99,6 +99,9 @@ pub struct Metrics {
     pub checkpoint_writes: IntCounter,
     pub checkpoint_write_duration: Histogram,
     pub checkpoint_bytes: IntCounter,
+    pub db_size: IntGaugeVec,
+    pub db_maintenance: IntCounterVec,
+    pub db_pages_vacuumed: IntCounter,
 
     // The event bus between nodes
     pub bus_relayed: IntCounterVec,
@@ -337,6 +340,26 @@ impl Metrics {
                 "fawn_checkpoint_written_bytes_total",
                 "Bytes of checkpoint data (state, writes, metadata as stored) written by this node.",
             ),
+            db_size: reg(
+                &r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "fawn_db_size_bytes",
+                        "SQLite files on disk by file (database, wal).",
+                    ),
+                    &["file"],
+                )
+                .expect("static gauge vec"),
+            ),
+            db_maintenance: counter_vec(
+                "fawn_db_maintenance_total",
+                "SQLite idle maintenance steps by task (wal_truncate, incremental_vacuum).",
+                &["task"],
+            ),
+            db_pages_vacuumed: counter(
+                "fawn_db_pages_vacuumed_total",
+                "Free SQLite pages handed back to the file system by incremental vacuum.",
+            ),
             bus_relayed: counter_vec(
                 "fawn_bus_events_relayed_total",
                 "Events of runs executing on another node relayed to this node's streams, by bus.",
@@ -413,6 +436,9 @@ impl Metrics {
         }
         for state in ["open", "idle", "in_use"] {
             m.db_pool.with_label_values(&[state]);
+        }
+        for task in ["wal_truncate", "incremental_vacuum"] {
+            m.db_maintenance.with_label_values(&[task]);
         }
         m
     }
@@ -689,6 +715,7 @@ mod tests {
         // Families with known label values are there before their first event.
         assert!(text.contains("fawn_runs_finished_total{status=\"timeout\"} 0"));
         assert!(text.contains("# HELP fawn_sandbox_limits_hit_total "));
+        assert!(text.contains("fawn_db_maintenance_total{task=\"wal_truncate\"} 0"));
         let json = m.render_json();
         let finished = json["metrics"]["fawn_runs_finished_total"]["samples"]
             .as_array()

@@ -135,6 +135,11 @@ async fn materialize(tx: &mut Tx, thread_id: &str, ns: &str, id: &str) -> DbResu
         .ok_or_else(|| DbErr::corrupt(format!("checkpoint {id} could not be rebuilt")))?;
     let text = state_json(state)?;
     let len = text.len() as i64;
+    let snapshot = match tx {
+        Tx::Sqlite(_) => super::pack::pack(&text).map(|b| Arg::Blob(Some(b))),
+        Tx::Pg(_) => None,
+    }
+    .unwrap_or(Arg::Text(Some(text)));
     tx.exec(
         Sql::new(concat!(
             "UPDATE checkpoints SET snapshot = $4, snap_bytes = $5, delta_bytes = 0 ",
@@ -143,7 +148,7 @@ async fn materialize(tx: &mut Tx, thread_id: &str, ns: &str, id: &str) -> DbResu
         .bind(thread_id)
         .bind(ns)
         .bind(id)
-        .bind(text)
+        .arg(snapshot)
         .bind(len),
     )
     .await?;
@@ -284,6 +289,8 @@ pub(super) struct Prepared {
     metadata: Arg,
     writes: String,
     snapshot: Option<String>,
+    /// SQLite: the snapshot packed (see `pack`), stored instead of its text.
+    packed: Option<Vec<u8>>,
     accounting: Accounting,
     next: Arg,
     tasks: Arg,
@@ -321,7 +328,10 @@ fn row_args(sql: Sql, p: &Prepared, now: chrono::DateTime<chrono::Utc>) -> Sql {
         .bind(p.run_id.clone())
         .arg(p.metadata.clone())
         .bind(p.writes.as_str())
-        .bind(p.snapshot.clone())
+        .arg(match &p.packed {
+            Some(bytes) => Arg::Blob(Some(bytes.clone())),
+            None => Arg::Text(p.snapshot.clone()),
+        })
         .bind(p.accounting.snap_bytes)
         .bind(p.accounting.delta_bytes)
         .arg(p.next.clone())
@@ -678,6 +688,11 @@ impl SqlStore {
                 )
             }
         };
+        // Packed here, before the writer is taken.
+        let packed = match (&snapshot, self.dialect()) {
+            (Some(text), Dialect::Sqlite) => super::pack::pack(text),
+            _ => None,
+        };
         let next = serde_json::to_value(&cp.next).unwrap_or(Value::Array(Vec::new()));
         let tasks = serde_json::to_value(&cp.tasks)
             .map_err(|e| DbErr::invalid(format!("tasks cannot be stored as JSON: {e}")))?;
@@ -690,6 +705,7 @@ impl SqlStore {
             metadata: Arg::json_map(&cp.metadata),
             writes,
             snapshot,
+            packed,
             accounting,
             next: Arg::json(&next),
             tasks: Arg::json(&tasks),

@@ -14,7 +14,9 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteAutoVacuum, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
+};
 use sqlx::{
     AssertSqlSafe, Database, Decode, PgPool, Postgres, Row as _, SqlStr, Transaction, Type,
 };
@@ -206,6 +208,8 @@ pub(crate) enum Arg {
     Bool(Option<bool>),
     /// JSON text; bound as TEXT on SQLite and JSONB on Postgres.
     Json(Option<String>),
+    /// Bytes (a packed snapshot, SQLite only: see `pack`).
+    Blob(Option<Vec<u8>>),
 }
 
 impl Arg {
@@ -345,6 +349,7 @@ impl Sql {
                 Arg::Int(v) => q.bind(v),
                 Arg::Float(v) => q.bind(v),
                 Arg::Bool(v) => q.bind(v),
+                Arg::Blob(v) => q.bind(v),
                 Arg::Json(v) => {
                     let raw = match v {
                         Some(text) => Some(sqlx::types::Json(
@@ -684,6 +689,11 @@ fn migrator(dialect: Dialect) -> Migrator {
                 "user needs_setup",
                 include_str!("../../../../migrations/sqlite/0007_user_needs_setup.sql"),
             ),
+            (
+                8,
+                "packed snapshots",
+                include_str!("../../../../migrations/sqlite/0008_packed_snapshots.sql"),
+            ),
         ],
         Dialect::Postgres => &[
             (
@@ -759,22 +769,179 @@ fn migrator(dialect: Dialect) -> Migrator {
     )
 }
 
+/// The newest migration this binary knows, per dialect.
+pub(crate) fn latest_migration(dialect: Dialect) -> i64 {
+    migrator(dialect)
+        .iter()
+        .map(|m| m.version)
+        .max()
+        .unwrap_or(0)
+}
+
+/// Refuses a database whose newest applied migration is one this binary does not know (a
+/// newer Fawn wrote it): migrating it, or serving it with an older schema in mind, could
+/// lose data. `newest` is the database's newest applied migration and its description.
+fn refuse_newer(dialect: Dialect, newest: Option<(i64, String)>) -> crate::Result<()> {
+    let known = latest_migration(dialect);
+    match newest {
+        Some((found, description)) if found > known => Err(StoreError::Database(format!(
+            "this database was written by a newer Fawn: its schema is at migration {found} \
+             ({description:?}), but this Fawn ({}) knows migrations up to {known}. It was \
+             left unchanged; run the newer Fawn, or restore a backup taken before the upgrade",
+            env!("CARGO_PKG_VERSION")
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The newest migration applied to the SQLite database at `path`, read through a read-only
+/// connection (nothing is written), or `None` for a new or empty database.
+fn sqlite_newest_migration(path: &Path) -> crate::Result<Option<(i64, String)>> {
+    if std::fs::metadata(path).map(|m| m.len()).unwrap_or(0) == 0 {
+        return Ok(None);
+    }
+    let opened = rusqlite::Connection::open_with_flags(
+        path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .and_then(|conn| {
+        conn.busy_timeout(Duration::from_secs(10))?;
+        let exists: bool = conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' \
+             AND name = '_sqlx_migrations')",
+            [],
+            |r| r.get(0),
+        )?;
+        if !exists {
+            return Ok(None);
+        }
+        conn.query_row(
+            "SELECT version, description FROM _sqlx_migrations ORDER BY version DESC LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .map(Some)
+        .or_else(|e| match e {
+            rusqlite::Error::QueryReturnedNoRows => Ok(None),
+            e => Err(e),
+        })
+    });
+    opened.map_err(|e| db_error(&format!("cannot read {}", path.display()), e))
+}
+
+/// The newest migration applied to the Postgres schema the pool uses, if any.
+async fn pg_newest_migration(pool: &PgPool) -> crate::Result<Option<(i64, String)>> {
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+        .fetch_one(pool)
+        .await
+        .map_err(|e| db_error("cannot read the Postgres schema", e))?;
+    if !exists {
+        return Ok(None);
+    }
+    sqlx::query_as::<_, (i64, String)>(
+        "SELECT version, description FROM _sqlx_migrations ORDER BY version DESC LIMIT 1",
+    )
+    .fetch_optional(pool)
+    .await
+    .map_err(|e| db_error("cannot read the Postgres schema", e))
+}
+
 fn db_error(context: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::Database(format!("{context}: {e}"))
 }
 
+/// A database whose committed writes have changed no row for this long is idle:
+/// maintenance may run.
+const IDLE_BEFORE_MAINTENANCE: Duration = Duration::from_secs(1);
+/// While writes go on, a WAL file bigger than this is cut back anyway, at most once per
+/// [`IDLE_BEFORE_MAINTENANCE`] (readers that never let the WAL restart would otherwise let
+/// it grow up to the autocheckpoint size, 32 MiB, between idle moments).
+const WAL_BUSY_LIMIT: u64 = 4 * lite::JOURNAL_SIZE_LIMIT as u64;
+
 /// Copies the WAL back into the database every 250 ms from a connection of its own
 /// (`PASSIVE`: it never waits for, nor blocks, the writer). A checkpoint syncs the database
 /// file; run by the writer on commit (SQLite's default) that sync stalls every write
-/// queued behind it whenever the disk is slow.
+/// queued behind it whenever the disk is slow. Once no committed write has changed a row
+/// for [`IDLE_BEFORE_MAINTENANCE`], it runs [`Lite::maintain`] instead (free pages back to the
+/// file system in small steps, then the WAL cut to zero bytes) until there is nothing
+/// left to do, and reads the files' sizes into `/metrics` every second.
 async fn wal_checkpoints(lite: Arc<Lite>) {
+    let mut seen = lite.writes_seen();
+    let mut last_write = std::time::Instant::now();
+    let mut tidy = false;
+    let mut last_forced = std::time::Instant::now();
+    let mut tick: u64 = 0;
     loop {
         tokio::time::sleep(Duration::from_millis(250)).await;
         if lite.is_closed() {
             return;
         }
-        lite.wal_checkpoint().await;
+        tick += 1;
+        let now = lite.writes_seen();
+        if now != seen {
+            seen = now;
+            last_write = std::time::Instant::now();
+            tidy = false;
+        }
+        if !tidy && last_write.elapsed() >= IDLE_BEFORE_MAINTENANCE {
+            let m = lite.maintain(false).await;
+            record_maintenance(&m);
+            tidy = m.ran && m.wal_truncated && (m.pages_vacuumed == 0 || m.free_pages == 0);
+        } else if last_forced.elapsed() >= IDLE_BEFORE_MAINTENANCE
+            && sqlite_file_sizes(lite.path()).1 > WAL_BUSY_LIMIT
+        {
+            let m = lite.maintain(false).await;
+            record_maintenance(&m);
+            if m.ran {
+                last_forced = std::time::Instant::now();
+            }
+        } else {
+            lite.wal_checkpoint().await;
+        }
+        if tick % 4 == 1 {
+            record_sizes(lite.path());
+        }
     }
+}
+
+/// Counts what a maintenance step did in `/metrics`.
+fn record_maintenance(m: &super::lite::Maintained) {
+    let metrics = fawn_telemetry::metrics();
+    if m.wal_truncated {
+        metrics
+            .db_maintenance
+            .with_label_values(&["wal_truncate"])
+            .inc();
+    }
+    if m.pages_vacuumed > 0 {
+        metrics
+            .db_maintenance
+            .with_label_values(&["incremental_vacuum"])
+            .inc();
+        metrics.db_pages_vacuumed.inc_by(m.pages_vacuumed);
+    }
+}
+
+/// The database file and its WAL on disk, for `/metrics`.
+fn record_sizes(path: &Path) {
+    let metrics = fawn_telemetry::metrics();
+    let (db, wal) = sqlite_file_sizes(path);
+    metrics
+        .db_size
+        .with_label_values(&["database"])
+        .set(i64::try_from(db).unwrap_or(i64::MAX));
+    metrics
+        .db_size
+        .with_label_values(&["wal"])
+        .set(i64::try_from(wal).unwrap_or(i64::MAX));
+}
+
+/// Bytes of a SQLite database file and of its WAL (0 for a file that is not there).
+pub(crate) fn sqlite_file_sizes(path: &Path) -> (u64, u64) {
+    let len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let mut wal = path.as_os_str().to_os_string();
+    wal.push("-wal");
+    (len(path), len(Path::new(&wal)))
 }
 
 impl Drop for Db {
@@ -814,9 +981,16 @@ impl Db {
                 .await
                 .map_err(|e| db_error(&format!("cannot create directory {}", dir.display()), e))?;
         }
+        // Before anything opens it for writing: a database of a newer Fawn is left alone.
+        refuse_newer(Dialect::Sqlite, sqlite_newest_migration(path)?)?;
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
+            // Takes effect only on a database without tables (a new one; sqlx sets it
+            // before the journal mode, which would otherwise fix the file's format):
+            // freed pages can then be handed back in small steps while idle. An older
+            // database is converted by `fawn db vacuum`.
+            .auto_vacuum(SqliteAutoVacuum::Incremental)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(10))
@@ -838,6 +1012,7 @@ impl Db {
             .map_err(|e| db_error(&format!("cannot open {}", path.display()), e))?
             .map_err(|e| db_error(&format!("cannot open {}", path.display()), e))?;
         let lite = Arc::new(lite);
+        record_sizes(path);
         Ok(Db {
             dialect: Dialect::Sqlite,
             pools: Pools::Sqlite {
@@ -891,6 +1066,10 @@ impl Db {
             .connect_with(options)
             .await
             .map_err(|e| db_error("cannot connect to Postgres", e))?;
+        if let Err(e) = refuse_newer(Dialect::Postgres, pg_newest_migration(&pool).await?) {
+            pool.close().await;
+            return Err(e);
+        }
         migrator(Dialect::Postgres)
             .run(&pool)
             .await
@@ -994,6 +1173,27 @@ impl Db {
         })
     }
 
+    /// SQLite: one step of idle maintenance now, waiting for the writer (see
+    /// [`Lite::maintain`]); Postgres: nothing (autovacuum does its part).
+    pub async fn maintain(&self) -> crate::Maintenance {
+        match &self.pools {
+            Pools::Sqlite { lite, .. } => {
+                let m = lite.maintain(true).await;
+                record_maintenance(&m);
+                let (db_bytes, wal_bytes) = sqlite_file_sizes(lite.path());
+                crate::Maintenance {
+                    ran: m.ran,
+                    wal_truncated: m.wal_truncated,
+                    pages_vacuumed: m.pages_vacuumed,
+                    free_pages: m.free_pages,
+                    db_bytes,
+                    wal_bytes,
+                }
+            }
+            Pools::Pg { .. } => crate::Maintenance::default(),
+        }
+    }
+
     pub async fn ping(&self) -> bool {
         self.read_opt(Sql::new("SELECT 1")).await.is_ok()
     }
@@ -1031,6 +1231,57 @@ impl Db {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every migration runs in one transaction with its bookkeeping row: one that fails
+    /// halfway leaves nothing of itself behind, and is not recorded.
+    #[tokio::test]
+    async fn a_failing_migration_leaves_nothing_behind() {
+        for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+            assert!(migrator(dialect).iter().all(|m| !m.no_tx));
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(
+                SqliteConnectOptions::new()
+                    .filename(dir.path().join("m.db"))
+                    .create_if_missing(true),
+            )
+            .await
+            .unwrap();
+        let bad = Migrator::with_migrations(vec![Migration::new(
+            1,
+            Cow::Borrowed("half done"),
+            MigrationType::Simple,
+            SqlStr::from_static("CREATE TABLE half (x INTEGER); INSERT INTO missing VALUES (1);"),
+            false,
+        )]);
+        assert!(bad.run(&pool).await.is_err());
+        let left: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM sqlite_master WHERE name = 'half'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        assert_eq!(left, 0, "the migration's first statement was rolled back");
+        let recorded: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(recorded, 0);
+        pool.close().await;
+    }
+
+    #[test]
+    fn latest_migrations() {
+        assert_eq!(latest_migration(Dialect::Sqlite), 8);
+        assert_eq!(latest_migration(Dialect::Postgres), 11);
+        assert!(refuse_newer(Dialect::Sqlite, Some((8, "x".into()))).is_ok());
+        assert!(refuse_newer(Dialect::Sqlite, None).is_ok());
+        let e = refuse_newer(Dialect::Sqlite, Some((9, "next".into())))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("migration 9") && e.contains("up to 8"), "{e}");
+    }
 
     #[test]
     fn schema_names() {

@@ -43,6 +43,13 @@ const GROUP_MAX_OPEN: Duration = Duration::from_millis(2);
 const GROUP_FALLBACK: Duration = Duration::from_millis(20);
 /// Failed groups remembered for their waiting members.
 const FAILURES_KEPT: usize = 64;
+/// Whenever the WAL restarts from its beginning, SQLite cuts the file back to this size
+/// (without it the file keeps its high-water mark for as long as the server runs).
+pub(crate) const JOURNAL_SIZE_LIMIT: i64 = 4 * 1024 * 1024;
+/// Pages one maintenance step hands back to the file system (`PRAGMA incremental_vacuum`):
+/// 256 KiB of 4 KiB pages, a step that held the writer for under a millisecond on the test
+/// machine (256 pages: up to 12 ms). Steps come every 250 ms while idle.
+pub(crate) const VACUUM_STEP_PAGES: i64 = 64;
 
 /// What an operation on a closed database answers.
 fn closed() -> DbErr {
@@ -67,6 +74,12 @@ pub(crate) fn connect(path: &Path) -> rusqlite::Result<Connection> {
          PRAGMA foreign_keys = OFF;
          PRAGMA temp_store = MEMORY;
          PRAGMA wal_autocheckpoint = 8192;",
+    )?;
+    // Answers with a row, as `journal_mode` does.
+    conn.query_row(
+        &format!("PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}"),
+        [],
+        |_| Ok(()),
     )?;
     conn.set_prepared_statement_cache_capacity(256);
     Ok(conn)
@@ -95,6 +108,9 @@ struct Shared {
     finished: watch::Sender<u64>,
     /// Recently failed groups and why.
     failures: Mutex<VecDeque<(u64, String)>>,
+    /// Rows the writer has changed, as of its last commit (`sqlite3_total_changes`): a
+    /// transaction that changed nothing (a claim finding no run) writes nothing to the WAL.
+    changes: std::sync::atomic::AtomicU64,
 }
 
 /// Counts a task as waiting for the writer until dropped.
@@ -125,12 +141,32 @@ pub(crate) struct Lite {
     checkpointer: Arc<Mutex<Option<Connection>>>,
     /// How long a write waits for the writer.
     acquire_timeout: Duration,
+    /// The database file (its WAL is the same path with `-wal`).
+    path: std::path::PathBuf,
+    /// `PRAGMA auto_vacuum` of the file: 2 (incremental) lets maintenance return freed
+    /// pages to the file system.
+    auto_vacuum: i64,
+}
+
+/// What one maintenance step did (see [`Lite::maintain`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Maintained {
+    /// False when the writer or a reader was busy: nothing was done.
+    pub ran: bool,
+    pub wal_truncated: bool,
+    pub pages_vacuumed: u64,
+    /// Pages still on the freelist afterwards.
+    pub free_pages: u64,
 }
 
 impl Lite {
     pub fn open(path: &Path, readers: u32, acquire_timeout: Duration) -> rusqlite::Result<Lite> {
         let writer = connect(path)?;
+        let auto_vacuum: i64 = writer.query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?;
         let checkpointer = connect(path)?;
+        // A truncating checkpoint that would have to wait for a reader or a writer gives up
+        // at once instead (it is retried at the next idle moment).
+        checkpointer.busy_timeout(Duration::ZERO)?;
         let readers = (0..readers.max(1))
             .map(|_| connect(path).map(|c| Mutex::new(Some(c))))
             .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -144,12 +180,139 @@ impl Lite {
                 waiting: AtomicUsize::new(0),
                 finished: watch::channel(0).0,
                 failures: Mutex::new(VecDeque::new()),
+                changes: std::sync::atomic::AtomicU64::new(0),
             }),
             readers: readers.into(),
             next_reader: AtomicUsize::new(0),
             checkpointer: Arc::new(Mutex::new(Some(checkpointer))),
             acquire_timeout,
+            path: path.to_path_buf(),
+            auto_vacuum,
         })
+    }
+
+    /// The database file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A number that changes whenever a committed write changed rows: the maintenance
+    /// loop sees the database idle while it stays put.
+    pub fn writes_seen(&self) -> u64 {
+        self.shared.changes.load(Ordering::Relaxed)
+    }
+
+    /// One step of idle maintenance, in three phases so that the writer is held only
+    /// for work that does not wait for the disk: (1) with the writer, hand up to
+    /// [`VACUUM_STEP_PAGES`] free pages back to the file system (incremental auto-vacuum
+    /// databases only; a WAL commit, no sync); (2) without it, a passive checkpoint copies
+    /// the WAL into the database and syncs it; (3) with the writer again,
+    /// `wal_checkpoint(TRUNCATE)`, which finds nothing left to copy and cuts the WAL file to
+    /// zero bytes. Writes of this process that arrive meanwhile wait on the async mutex,
+    /// never on a thread; the checkpoint gives up at once if a reader still uses the WAL.
+    /// `wait`: wait for the writer (and commit a group left open) instead of doing nothing
+    /// when it is busy.
+    pub async fn maintain(&self, wait: bool) -> Maintained {
+        let vacuum = self.auto_vacuum == 2;
+        let Some(mut out) = self
+            .with_idle_writer(wait, move |conn| {
+                let free = |conn: &Connection| -> rusqlite::Result<i64> {
+                    conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))
+                };
+                let before = free(conn)?;
+                let mut out = Maintained {
+                    ran: true,
+                    free_pages: u64::try_from(before).unwrap_or(0),
+                    ..Maintained::default()
+                };
+                if vacuum && before > 0 {
+                    // One result row per page freed: step it to the end.
+                    let mut stmt =
+                        conn.prepare(&format!("PRAGMA incremental_vacuum({VACUUM_STEP_PAGES})"))?;
+                    let mut rows = stmt.raw_query();
+                    while rows.next()?.is_some() {}
+                    drop(rows);
+                    let after = free(conn)?;
+                    out.pages_vacuumed = u64::try_from(before - after).unwrap_or(0);
+                    out.free_pages = u64::try_from(after).unwrap_or(0);
+                }
+                Ok(out)
+            })
+            .await
+        else {
+            return Maintained::default();
+        };
+        self.wal_checkpoint().await;
+        let checkpointer = self.checkpointer.clone();
+        let truncated = self
+            .with_idle_writer(wait, move |_| {
+                let cp = checkpointer
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                let Some(cp) = cp.as_ref() else {
+                    return Ok(false);
+                };
+                // (busy, frames in the WAL, frames checkpointed); busy = 1 when a reader
+                // or a writer of another process kept it from finishing.
+                let busy: i64 = cp
+                    .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
+                    .or_else(|e| match e.sqlite_error_code() {
+                        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => Ok(1),
+                        _ => Err(e),
+                    })?;
+                Ok(busy == 0)
+            })
+            .await;
+        out.wal_truncated = truncated.unwrap_or(false);
+        out
+    }
+
+    /// Runs `f` on the writer connection on a blocking thread, holding the writer (no group
+    /// open) meanwhile. `None` when the writer is busy (and `wait` is false), the database
+    /// is closed, or `f` failed (logged).
+    async fn with_idle_writer<T: Send + 'static>(
+        &self,
+        wait: bool,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Option<T> {
+        let guard = if wait {
+            self.lock_writer().await.ok()?
+        } else {
+            match self.writer.clone().try_lock_owned() {
+                Ok(g) if g.open.is_none() && g.conn.is_some() => g,
+                _ => return None,
+            }
+        };
+        let shared = self.shared.clone();
+        let done = tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            let mut guard = guard;
+            if guard.open.is_some() {
+                finish_group(&mut guard, &shared);
+            }
+            let out = match guard.conn.as_ref() {
+                Some(conn) => f(conn).map(Some),
+                None => Ok(None),
+            };
+            drop(guard);
+            tracing::debug!(
+                held_us = started.elapsed().as_micros() as u64,
+                "SQLite maintenance held the writer"
+            );
+            out
+        })
+        .await;
+        match done {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "SQLite maintenance failed");
+                None
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "SQLite maintenance task failed");
+                None
+            }
+        }
     }
 
     /// Runs `f` on a free read connection (or waits briefly for one: reads hold a
@@ -339,7 +502,12 @@ fn finish_group(w: &mut Writer, shared: &Shared) {
             Some("the group transaction was rolled back by the database".to_string())
         }
         Some(conn) => match cached(conn, "COMMIT") {
-            Ok(()) => None,
+            Ok(()) => {
+                shared
+                    .changes
+                    .store(conn.total_changes(), Ordering::Relaxed);
+                None
+            }
             Err(e) => {
                 let msg = match &e {
                     DbErr::Lite(e) => e.to_string(),
@@ -487,6 +655,7 @@ fn bind(stmt: &mut rusqlite::Statement<'_>, args: &[Arg]) -> DbResult<()> {
             Arg::Int(v) => stmt.raw_bind_parameter(i, *v),
             Arg::Float(v) => stmt.raw_bind_parameter(i, *v),
             Arg::Bool(v) => stmt.raw_bind_parameter(i, v.map(i64::from)),
+            Arg::Blob(v) => stmt.raw_bind_parameter(i, v.as_deref()),
         };
         bound.map_err(DbErr::Lite)?;
     }
@@ -565,9 +734,14 @@ impl LiteRow {
         match self.value(col)? {
             LiteValue::Null => Ok(None),
             LiteValue::Text(s) => Ok(Some(s.clone())),
-            LiteValue::Blob(b) => String::from_utf8(b.clone())
-                .map(Some)
-                .map_err(|_| DbErr::corrupt(format!("column {col}: not UTF-8"))),
+            LiteValue::Blob(b) => match super::pack::unpack(b) {
+                Some(text) => text
+                    .map(Some)
+                    .map_err(|e| DbErr::corrupt(format!("column {col}: {e}"))),
+                None => String::from_utf8(b.clone())
+                    .map(Some)
+                    .map_err(|_| DbErr::corrupt(format!("column {col}: not UTF-8"))),
+            },
             other => Err(Self::mismatch(col, "text", other)),
         }
     }

@@ -20,6 +20,7 @@ pub(crate) mod db;
 mod items;
 mod journal;
 mod lite;
+pub(crate) mod pack;
 mod runs;
 mod storage;
 mod threads;
@@ -166,6 +167,10 @@ impl Persistence for SqlStore {
 
     fn pool_stats(&self) -> PoolStats {
         self.db.pool_stats()
+    }
+
+    async fn maintain(&self) -> Maintenance {
+        self.db.maintain().await
     }
 
     async fn queue_stats(&self) -> Result<QueueStats> {

@@ -8,6 +8,7 @@ mod checkpoints;
 mod crons;
 mod durability;
 mod journal;
+mod maintenance;
 mod replay;
 mod runs;
 mod store;
