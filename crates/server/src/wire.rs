@@ -144,9 +144,10 @@ pub fn drop_hidden_messages(values: &mut Value) {
 /// [`RawValue`]: serde_json::value::RawValue
 pub fn without_hidden_messages(data: &[u8]) -> Option<bytes::Bytes> {
     // The key, quoted: inside a JSON string its quotes would be escaped.
-    const MARKER: &[u8] = b"\"hide_from_ui\"";
-    let finder = memchr::memmem::Finder::new(MARKER);
-    let has_marker = |b: &[u8]| finder.find(b).is_some();
+    // Built once: building a finder costs more than most searches.
+    static FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"hide_from_ui\""));
+    let has_marker = |b: &[u8]| FINDER.find(b).is_some();
     if !has_marker(data) {
         return None;
     }
@@ -174,9 +175,7 @@ pub fn without_hidden_messages(data: &[u8]) -> Option<bytes::Bytes> {
         .iter()
         .map(|m| {
             has_marker(m.get().as_bytes())
-                && serde_json::from_str::<Value>(m.get())
-                    .map(|v| is_hidden_message(&v))
-                    .unwrap_or(false)
+                && serde_json::from_str::<HideProbe<'_>>(m.get()).is_ok_and(|p| p.hidden())
         })
         .collect();
     if !hidden.iter().any(|h| *h) {
@@ -210,6 +209,31 @@ pub fn without_hidden_messages(data: &[u8]) -> Option<bytes::Bytes> {
     }
     out.extend_from_slice(&data[at..]);
     Some(bytes::Bytes::from(out))
+}
+
+/// What [`is_hidden_message`] reads of a message, and nothing else (a reminder's text is
+/// skipped, not copied into a tree). A message that does not fit this shape is not hidden,
+/// as there.
+#[derive(serde::Deserialize)]
+struct HideProbe<'a> {
+    #[serde(default, borrow)]
+    additional_kwargs: Option<&'a serde_json::value::RawValue>,
+}
+
+#[derive(serde::Deserialize)]
+struct HideKwargs {
+    #[serde(default)]
+    hide_from_ui: Option<Value>,
+}
+
+impl HideProbe<'_> {
+    fn hidden(&self) -> bool {
+        // Only an object has keys (a derived struct would also read an array).
+        self.additional_kwargs
+            .filter(|k| k.get().starts_with('{'))
+            .and_then(|k| serde_json::from_str::<HideKwargs>(k.get()).ok())
+            .is_some_and(|k| k.hide_from_ui == Some(Value::Bool(true)))
+    }
 }
 
 /// Thread values as this request answers them (see [`hides_internal_messages`]).
@@ -522,6 +546,13 @@ mod tests {
             json!({"messages": [shown("b"), nested.clone()]}),
             json!({"messages": [], "other": {"hide_from_ui": true}}),
             json!({"messages": [hidden("a"), nested, hidden("d"), shown("b")]}),
+            // Shapes the probe must judge as the tree does: not hidden.
+            json!({"messages": [{"additional_kwargs": null, "x": {"hide_from_ui": true}}, shown("b")]}),
+            json!({"messages": [{"additional_kwargs": {"hide_from_ui": "true"}}, hidden("a")]}),
+            json!({"messages": [{"additional_kwargs": {"hide_from_ui": 1}}, shown("b")]}),
+            json!({"messages": [{"additional_kwargs": [1], "hide_from_ui": true}, hidden("a")]}),
+            json!({"messages": [{"additional_kwargs": [true], "hide_from_ui": true}, shown("b")]}),
+            json!({"messages": [{"additional_kwargs": {"hide_from_ui": null}}, hidden("a")]}),
         ];
         for case in cases {
             for pretty in [false, true] {
