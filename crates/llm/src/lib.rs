@@ -19,6 +19,7 @@ pub mod ollama;
 pub mod openai;
 pub mod registry;
 pub mod retry;
+pub mod roles;
 pub mod scripted;
 mod settings;
 pub mod tokens;

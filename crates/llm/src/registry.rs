@@ -516,7 +516,13 @@ mod tests {
                 .any(|t| t.starts_with("models[2].name: duplicate model name 'a'")),
             "{text:?}"
         );
-        assert!(ModelRegistry::from_config(&c).is_err());
+        let refused: Vec<String> = ModelRegistry::from_config(&c)
+            .err()
+            .expect("the registry refuses these models")
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(refused, text, "the same issues validate_models reports");
     }
 
     #[test]
