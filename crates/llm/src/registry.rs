@@ -516,12 +516,10 @@ mod tests {
                 .any(|t| t.starts_with("models[2].name: duplicate model name 'a'")),
             "{text:?}"
         );
-        let refused: Vec<String> = ModelRegistry::from_config(&c)
-            .err()
-            .expect("the registry refuses these models")
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+        let Err(issues) = ModelRegistry::from_config(&c) else {
+            panic!("the registry refuses these models");
+        };
+        let refused: Vec<String> = issues.iter().map(ToString::to_string).collect();
         assert_eq!(refused, text, "the same issues validate_models reports");
     }
 

@@ -80,27 +80,7 @@ fn liveness(app: &AppState, run_id: &str) -> Liveness {
     Arc::new(move || {
         let app = app.clone();
         let run_id = run_id.clone();
-        async move {
-            if app.queue.is_local(&run_id) {
-                return false;
-            }
-            match app.store.get_run(&run_id).await {
-                Ok(Some(r)) => {
-                    if r.status.is_active() {
-                        false
-                    } else {
-                        app.broker.finish(&run_id, None);
-                        true
-                    }
-                }
-                Ok(None) => {
-                    app.broker.finish(&run_id, None);
-                    true
-                }
-                Err(_) => false,
-            }
-        }
-        .boxed()
+        async move { fawn_runtime::join::ended_elsewhere(&app.rt, &run_id).await }.boxed()
     })
 }
 
@@ -646,19 +626,8 @@ fn join_stream_response(
     let filter = ModeFilter::new(q.list(&["stream_mode"]));
     let cancel_on_disconnect = q.bool("cancel_on_disconnect")?.unwrap_or(false);
     let cursor = Cursor::from_last_event_id(header_str(headers, "last-event-id"));
-    let log = match app.broker.get(&run.run_id) {
-        Some(l) => l,
-        None if run.status.is_active() => {
-            let resumable =
-                fawn_runtime::RunKwargs::from_map(&run.kwargs).is_ok_and(|k| k.resumable);
-            let log = app.broker.open(&run.run_id, &run.thread_id, resumable);
-            if app.queue.active(&run.run_id).is_none() {
-                // Executed (or about to be) by another node: relay it from the database.
-                fawn_runtime::runs::relay_remote_run(&app.rt, &run, log.clone());
-            }
-            log
-        }
-        None => return Ok(sse_response(Body::empty(), None, None)),
+    let Some(log) = fawn_runtime::join::log_to_join(&app.rt, &run) else {
+        return Ok(sse_response(Body::empty(), None, None));
     };
     let include_ids = log.is_resumable();
     let sub = log.subscribe(cursor, filter);
