@@ -2,5 +2,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod check_config;
+mod layout;
 mod observability;
 mod serve;
