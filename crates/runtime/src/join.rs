@@ -1,11 +1,12 @@
 //! Joining a run's event stream from any node: which log a join subscribes to (opened here,
 //! and relayed from the database, when another node executes the run) and the check a joined
 //! stream makes at each heartbeat. The server calls these; it never opens or finishes a log
-//! itself (its `clippy.toml` forbids `Broker::open` and `Broker::finish`).
+//! itself (the broker is private to the runtime; its `clippy.toml` also forbids
+//! `Broker::open` and `Broker::finish`). Reads of the logs are the `Runtime` methods below.
 
-use crate::broker::RunLog;
+use crate::broker::{RunLog, ThreadWatch};
 use crate::kwargs::RunKwargs;
-use crate::runtime::Rt;
+use crate::runtime::{Rt, Runtime};
 use fawn_checkpoint::Run;
 use std::sync::Arc;
 
@@ -41,5 +42,23 @@ pub async fn ended_elsewhere(rt: &Rt, run_id: &str) -> bool {
             true
         }
         Err(_) => false,
+    }
+}
+
+/// What callers read of the event logs (the broker itself is private to the runtime).
+impl Runtime {
+    /// This node's event log of run `run_id`, if it has one.
+    pub fn run_log(&self, run_id: &str) -> Option<Arc<RunLog>> {
+        self.broker.get(run_id)
+    }
+
+    /// Watches the runs of `thread_id` on this node (the thread stream).
+    pub fn watch_thread(&self, thread_id: &str) -> ThreadWatch {
+        self.broker.hub.subscribe(thread_id)
+    }
+
+    /// This node's logs of the runs of `thread_id`.
+    pub fn thread_logs(&self, thread_id: &str) -> Vec<Arc<RunLog>> {
+        self.broker.logs_of_thread(thread_id)
     }
 }

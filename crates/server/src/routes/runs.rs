@@ -90,7 +90,7 @@ fn stream_created(
     location: &str,
     content_location: &str,
 ) -> Response {
-    let Some(log) = app.broker.get(&c.run.run_id) else {
+    let Some(log) = app.run_log(&c.run.run_id) else {
         return sse_response(Body::empty(), Some(location), Some(content_location));
     };
     let sub = log.subscribe(Cursor::Start, ModeFilter::all());
@@ -106,7 +106,7 @@ fn stream_created(
 
 /// The `/wait` / `/join` body once a run is over.
 async fn final_body(app: &AppState, run_id: &str, thread_id: &str) -> Bytes {
-    if let Some(log) = app.broker.get(run_id)
+    if let Some(log) = app.run_log(run_id)
         && let Some(b) = log.final_body()
     {
         return b;
@@ -151,7 +151,7 @@ fn wait_future(
     let run_id = run_id.to_string();
     let thread_id = thread_id.to_string();
     // Taken now: a fast run may finish (and leave the broker) before the body is polled.
-    let log = app.broker.get(&run_id);
+    let log = app.run_log(&run_id);
     async move {
         match log {
             Some(log) => {
@@ -711,7 +711,7 @@ pub async fn thread_stream(
     if requested.is_empty() {
         modes.run_modes = true;
     }
-    let watch = app.broker.hub.subscribe(&tid);
+    let watch = app.watch_thread(&tid);
     let replay = match Cursor::from_last_event_id(header_str(&headers, "last-event-id")) {
         Cursor::Live => Vec::new(),
         cursor => {
@@ -720,7 +720,7 @@ pub async fn thread_stream(
                 _ => None,
             };
             let mut events = Vec::new();
-            for log in app.broker.logs_of_thread(&tid) {
+            for log in app.thread_logs(&tid) {
                 if log.is_resumable() {
                     events.extend(log.retained_after(after));
                 }
