@@ -30,6 +30,7 @@ import time
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 from langgraph_sdk import get_sync_client
 
@@ -166,6 +167,16 @@ class Cluster:
         url = self.proxy.url if node is None else f"http://127.0.0.1:{self.ports[node]}"
         return get_sync_client(url=url, api_key=self.key, headers=self.headers, timeout=60)
 
+    def executing(self, i: int) -> float:
+        """Node `i`'s `fawn_runs_executing` gauge: the runs it executes now."""
+        r = httpx.get(f"http://127.0.0.1:{self.ports[i]}/metrics", headers={"x-api-key": self.key},
+                      timeout=10)
+        assert r.status_code == 200, r.text
+        for line in r.text.splitlines():
+            if line.startswith("fawn_runs_executing "):
+                return float(line.split()[1])
+        raise AssertionError(f"node{i}'s /metrics has no fawn_runs_executing")
+
     def kill(self, i: int) -> None:
         self.nodes[i].stop(signal.SIGKILL)
         self.proxy.dead.add(i)
@@ -263,6 +274,15 @@ def test_a_killed_nodes_run_finishes_once_elsewhere(cluster):
     deadline = time.monotonic() + 30
     while direct.runs.get(tid, rid)["status"] != "running":
         assert time.monotonic() < deadline
+        time.sleep(0.05)
+    # The node killed is the one executing the run: the only run executing anywhere (a node
+    # counts it a moment after the claim, and the previous test's run a moment after it ends).
+    live = [i for i, n in enumerate(cluster.nodes) if n.proc.poll() is None]
+    while True:
+        counts = {i: cluster.executing(i) for i in live}
+        if counts[victim] == 1 and sum(counts.values()) == 1:
+            break
+        assert time.monotonic() < deadline, f"node{victim} should execute the run: {counts}"
         time.sleep(0.05)
     cluster.kill(victim)
     c = cluster.client()

@@ -7,11 +7,12 @@
 use crate::content::{image_note, image_ref, is_image_block};
 use crate::error::{HttpError, classify_http, classify_reqwest, classify_stream_error};
 use crate::retry::{RetryObserver, with_retries};
+use crate::roles::{self, Provider, Role, SystemPrompt};
 use crate::settings::ModelSettings;
 use crate::{ChatModel, ChatRequest, ChunkStream, LlmError, ModelInfo};
 use async_trait::async_trait;
 use eventsource_stream::Eventsource;
-use fawn_state::{Content, Message, MessageKind, ToolCallChunk, UsageMetadata};
+use fawn_state::{Content, Message, ToolCallChunk, UsageMetadata};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use serde_json::{Map, Value, json};
@@ -161,59 +162,30 @@ pub(crate) fn convert_messages<'a>(
     messages: impl IntoIterator<Item = &'a Message>,
     vision: bool,
 ) -> Result<(Option<String>, Vec<Value>), LlmError> {
-    let mut system = Vec::new();
-    let mut turns: Vec<(String, Vec<Value>)> = Vec::new();
-    let mut leading = true;
+    let mut system = SystemPrompt::default();
+    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
     for (i, m) in messages.into_iter().enumerate() {
-        let (role, blocks) = match &m.kind {
-            MessageKind::System if leading => {
-                let t = m.text();
-                if !t.is_empty() {
-                    system.push(t);
-                }
-                continue;
-            }
-            MessageKind::System => ("user", user_blocks(&Content::Text(m.text()), vision)),
-            MessageKind::Human => ("user", user_blocks(&m.content, vision)),
-            MessageKind::Ai | MessageKind::AiChunk => ("assistant", assistant_blocks(m)),
-            MessageKind::Tool => ("user", vec![tool_result_block(m, vision, i)?]),
-            MessageKind::Remove => continue,
-            MessageKind::Chat => match m.role.as_deref() {
-                Some("assistant") => ("assistant", assistant_blocks(m)),
-                _ => ("user", user_blocks(&m.content, vision)),
-            },
-            MessageKind::Function => {
-                return Err(bad(format!(
-                    "messages[{i}]: legacy function messages cannot be sent to Anthropic"
-                )));
-            }
-            MessageKind::Other(t) => {
-                if t.starts_with("Human") {
-                    ("user", user_blocks(&m.content, vision))
-                } else if t.starts_with("AI") {
-                    ("assistant", assistant_blocks(m))
-                } else {
-                    return Err(bad(format!(
-                        "messages[{i}]: message type '{t}' cannot be sent to a chat model"
-                    )));
-                }
-            }
+        let Some(role) = roles::classify(m, i, Provider::Anthropic)? else {
+            continue;
         };
-        leading = false;
-        if blocks.is_empty() {
+        if system.take(m, role) {
             continue;
         }
-        match turns.last_mut() {
-            Some((r, b)) if r == role => b.extend(blocks),
-            _ => turns.push((role.to_string(), blocks)),
-        }
+        let (role, blocks) = match role {
+            Role::System => ("user", user_blocks(&Content::Text(m.text()), vision)),
+            Role::Assistant => ("assistant", assistant_blocks(m)),
+            Role::Tool => ("user", vec![tool_result_block(m, vision, i)?]),
+            Role::User | Role::Function | Role::Named(_) => {
+                ("user", user_blocks(&m.content, vision))
+            }
+        };
+        roles::push_turn(&mut turns, role, blocks);
     }
     let messages = turns
         .into_iter()
         .map(|(role, content)| json!({"role": role, "content": content}))
         .collect();
-    let system = (!system.is_empty()).then(|| system.join("\n\n"));
-    Ok((system, messages))
+    Ok((system.text(), messages))
 }
 
 /// OpenAI-style `tool_choice` → Anthropic's.

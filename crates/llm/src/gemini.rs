@@ -17,12 +17,13 @@
 use crate::content::{IMAGE_OMITTED_NOTE, image_ref, is_image_block};
 use crate::error::{HttpError, classify_http, classify_reqwest, classify_stream_error};
 use crate::retry::{RetryObserver, with_retries};
+use crate::roles::{self, Provider, Role, SystemPrompt};
 use crate::settings::ModelSettings;
 use crate::wire_stream::{self, Events, Fold};
 use crate::{ChatModel, ChatRequest, ChunkStream, LlmError, ModelInfo};
 use async_trait::async_trait;
 use eventsource_stream::Eventsource;
-use fawn_state::{Content, Message, MessageKind, ToolCallChunk, UsageMetadata};
+use fawn_state::{Content, Message, ToolCallChunk, UsageMetadata};
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
 use std::collections::{HashMap, HashSet};
@@ -510,60 +511,25 @@ pub(crate) fn convert_messages<'a>(
     model: &str,
     vision: bool,
 ) -> Result<(Option<Value>, Vec<Value>), LlmError> {
-    let mut names: HashMap<String, String> = HashMap::new();
-    for m in messages.clone() {
-        for tc in &m.tool_calls {
-            if let Some(id) = &tc.id {
-                names.insert(id.clone(), tc.name.clone());
-            }
-        }
-    }
-    let mut system = Vec::new();
+    let names = roles::tool_call_names(messages.clone());
+    let mut system = SystemPrompt::default();
     let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
-    let mut leading = true;
     for (i, m) in messages.into_iter().enumerate() {
-        let (role, parts) = match &m.kind {
-            MessageKind::System if leading => {
-                let t = m.text();
-                if !t.is_empty() {
-                    system.push(t);
-                }
-                continue;
-            }
-            MessageKind::System => ("user", user_parts(&Content::Text(m.text()), vision)),
-            MessageKind::Human => ("user", user_parts(&m.content, vision)),
-            MessageKind::Ai | MessageKind::AiChunk => ("model", model_parts(m)),
-            MessageKind::Tool => ("user", vec![function_response(m, &names)]),
-            MessageKind::Remove => continue,
-            MessageKind::Chat => match m.role.as_deref() {
-                Some("assistant") | Some("model") => ("model", model_parts(m)),
-                _ => ("user", user_parts(&m.content, vision)),
-            },
-            MessageKind::Function => {
-                return Err(bad(format!(
-                    "messages[{i}]: legacy function messages cannot be sent to Gemini"
-                )));
-            }
-            MessageKind::Other(t) => {
-                if t.starts_with("Human") {
-                    ("user", user_parts(&m.content, vision))
-                } else if t.starts_with("AI") {
-                    ("model", model_parts(m))
-                } else {
-                    return Err(bad(format!(
-                        "messages[{i}]: message type '{t}' cannot be sent to a chat model"
-                    )));
-                }
-            }
+        let Some(role) = roles::classify(m, i, Provider::Gemini)? else {
+            continue;
         };
-        leading = false;
-        if parts.is_empty() {
+        if system.take(m, role) {
             continue;
         }
-        match turns.last_mut() {
-            Some((r, p)) if *r == role => p.extend(parts),
-            _ => turns.push((role, parts)),
-        }
+        let (role, parts) = match role {
+            Role::System => ("user", user_parts(&Content::Text(m.text()), vision)),
+            Role::Assistant => ("model", model_parts(m)),
+            Role::Tool => ("user", vec![function_response(m, &names)]),
+            Role::User | Role::Function | Role::Named(_) => {
+                ("user", user_parts(&m.content, vision))
+            }
+        };
+        roles::push_turn(&mut turns, role, parts);
     }
     if signatures_enforced(model) {
         add_placeholder_signatures(&mut turns);
@@ -572,7 +538,7 @@ pub(crate) fn convert_messages<'a>(
         .into_iter()
         .map(|(role, parts)| json!({"role": role, "parts": parts}))
         .collect();
-    let system = (!system.is_empty()).then(|| json!({"parts": [{"text": system.join("\n\n")}]}));
+    let system = system.text().map(|t| json!({"parts": [{"text": t}]}));
     Ok((system, contents))
 }
 

@@ -4,9 +4,11 @@
 //! request/response types the agent uses, typed [`LlmError`]s that say what is worth a retry,
 //! the providers (OpenAI-compatible on async-openai, native Anthropic Messages, native Gemini
 //! `generateContent`, native Ollama `/api/chat`), the registry that maps DeerFlow `use:` paths
-//! in `config.yaml` to them, and a cheap token estimate. Must never know about HTTP routes,
+//! in `config.yaml` to them, a cheap token estimate, and how a one-shot answer is read
+//! ([`answer`]: `<think>` stripping, JSON extraction). Must never know about HTTP routes,
 //! storage, tools' behaviour or middlewares; it only sees messages in and message chunks out.
 
+pub mod answer;
 pub mod anthropic;
 pub mod content;
 pub mod demo;
@@ -17,6 +19,7 @@ pub mod ollama;
 pub mod openai;
 pub mod registry;
 pub mod retry;
+pub mod roles;
 pub mod scripted;
 mod settings;
 pub mod tokens;

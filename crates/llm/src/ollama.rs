@@ -9,14 +9,14 @@
 use crate::content::{IMAGE_OMITTED_NOTE, image_ref, is_image_block};
 use crate::error::{HttpError, classify_http, classify_reqwest};
 use crate::retry::{RetryObserver, with_retries};
+use crate::roles::{self, Provider, Role};
 use crate::settings::ModelSettings;
 use crate::wire_stream::{self, Fold};
 use crate::{ChatModel, ChatRequest, ChunkStream, LlmError, ModelInfo};
 use async_trait::async_trait;
-use fawn_state::{Content, Message, MessageKind, ToolCallChunk, UsageMetadata};
+use fawn_state::{Content, Message, ToolCallChunk, UsageMetadata};
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
-use std::collections::HashMap;
 use std::sync::Arc;
 
 pub const DEFAULT_BASE_URL: &str = "http://localhost:11434";
@@ -159,14 +159,7 @@ pub(crate) fn convert_messages<'a>(
     messages: impl IntoIterator<Item = &'a Message> + Clone,
     vision: bool,
 ) -> Result<Vec<Value>, LlmError> {
-    let mut names: HashMap<String, String> = HashMap::new();
-    for m in messages.clone() {
-        for tc in &m.tool_calls {
-            if let Some(id) = &tc.id {
-                names.insert(id.clone(), tc.name.clone());
-            }
-        }
-    }
+    let names = roles::tool_call_names(messages.clone());
     let user = |m: &Message| {
         let (text, images) = user_content(&m.content, vision);
         let mut u = json!({"role": "user", "content": text});
@@ -177,11 +170,14 @@ pub(crate) fn convert_messages<'a>(
     };
     let mut out = Vec::new();
     for (i, m) in messages.into_iter().enumerate() {
-        let msg = match &m.kind {
-            MessageKind::System => json!({"role": "system", "content": m.text()}),
-            MessageKind::Human => user(m),
-            MessageKind::Ai | MessageKind::AiChunk => assistant_message(m),
-            MessageKind::Tool | MessageKind::Function => {
+        let Some(role) = roles::classify(m, i, Provider::Ollama)? else {
+            continue;
+        };
+        let msg = match role {
+            Role::System => json!({"role": "system", "content": m.text()}),
+            Role::User | Role::Named(_) => user(m),
+            Role::Assistant => assistant_message(m),
+            Role::Tool | Role::Function => {
                 let mut t = json!({"role": "tool", "content": m.text()});
                 let name = m.name.clone().filter(|n| !n.is_empty()).or_else(|| {
                     m.tool_call_id
@@ -192,25 +188,6 @@ pub(crate) fn convert_messages<'a>(
                     t["tool_name"] = json!(name);
                 }
                 t
-            }
-            MessageKind::Remove => continue,
-            MessageKind::Chat => match m.role.as_deref() {
-                Some("assistant") => assistant_message(m),
-                Some("system") => json!({"role": "system", "content": m.text()}),
-                _ => user(m),
-            },
-            MessageKind::Other(t) => {
-                if t.starts_with("Human") {
-                    user(m)
-                } else if t.starts_with("AI") {
-                    assistant_message(m)
-                } else if t.starts_with("System") {
-                    json!({"role": "system", "content": m.text()})
-                } else {
-                    return Err(bad(format!(
-                        "messages[{i}]: message type '{t}' cannot be sent to a chat model"
-                    )));
-                }
             }
         };
         out.push(msg);

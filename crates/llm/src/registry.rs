@@ -516,7 +516,11 @@ mod tests {
                 .any(|t| t.starts_with("models[2].name: duplicate model name 'a'")),
             "{text:?}"
         );
-        assert!(ModelRegistry::from_config(&c).is_err());
+        let Err(issues) = ModelRegistry::from_config(&c) else {
+            panic!("the registry refuses these models");
+        };
+        let refused: Vec<String> = issues.iter().map(ToString::to_string).collect();
+        assert_eq!(refused, text, "the same issues validate_models reports");
     }
 
     #[test]

@@ -9,9 +9,7 @@ use async_trait::async_trait;
 use fawn_config::TitleConfig;
 use fawn_llm::ChatRequest;
 use fawn_state::{Content, Message, MessageKind, StateUpdate, ThreadState};
-use regex::Regex;
 use serde_json::Value;
-use std::sync::LazyLock;
 
 pub const DEFAULT_TITLE: &str = "New Conversation";
 /// The local fallback is never longer than this (before the `...`).
@@ -23,9 +21,6 @@ const DEFAULT_PROMPT: &str = "Write a short title (at most {max_words} words) fo
 
 User: {user_msg}
 Assistant: {assistant_msg}";
-
-static THINK_RE: LazyLock<Option<Regex>> =
-    LazyLock::new(|| Regex::new(r"(?is)<think>.*?(</think>|$)").ok());
 
 #[derive(Debug)]
 pub struct TitleMiddleware {
@@ -90,13 +85,11 @@ impl TitleMiddleware {
         }
     }
 
-    /// A model answer made into a title: `<think>` blocks and surrounding quotes removed,
-    /// cut to `max_chars`.
+    /// A model answer made into a title: thinking dropped (as
+    /// [`fawn_llm::answer::strip_think`] does), its first non-empty line with surrounding
+    /// quotes removed, cut to `max_chars`.
     pub fn parse_title(&self, raw: &str) -> String {
-        let no_think = match THINK_RE.as_ref() {
-            Some(re) => re.replace_all(raw, "").into_owned(),
-            None => raw.to_string(),
-        };
+        let no_think = fawn_llm::answer::strip_think(raw);
         let line = no_think
             .trim()
             .lines()
@@ -224,5 +217,21 @@ mod tests {
             "Rust Ports"
         );
         assert_eq!(t.parse_title(&"x".repeat(100)), "x".repeat(60));
+    }
+
+    /// Thinking is read as `fawn_llm::answer::strip_think` reads it: an answer cut off while
+    /// thinking has no title (the caller falls back), a tag after the title is text.
+    #[test]
+    fn unclosed_think_tags() {
+        let t = TitleMiddleware::new(TitleConfig::default());
+        assert_eq!(
+            t.parse_title(
+                "<think>the user wants
+a title"
+            ),
+            ""
+        );
+        assert_eq!(t.parse_title("<THINK>x</THINK>Ports"), "Ports");
+        assert_eq!(t.parse_title("Ports <think>x"), "Ports <think>x");
     }
 }

@@ -589,11 +589,11 @@ pub async fn prepare_run(
     match &owner {
         // The server's identity wins over anything the client sent.
         Some(u) => {
-            configurable.insert("user_id".into(), json!(u));
+            configurable.insert(crate::kwargs::USER_ID.into(), json!(u));
         }
         None => {
             configurable
-                .entry("user_id".to_string())
+                .entry(crate::kwargs::USER_ID.to_string())
                 .or_insert_with(|| json!(""));
         }
     }
@@ -775,7 +775,13 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(c, json!({"resume": "yes", "goto": ["a"]}));
-        assert!(command(&Some(json!({"update": 3}))).is_err());
-        assert!(command(&Some(json!("x"))).is_err());
+        assert!(matches!(
+            command(&Some(json!({"update": 3}))),
+            Err(RuntimeError::Invalid(m)) if m.starts_with("Invalid request body at `command.update`: ")
+        ));
+        assert!(matches!(
+            command(&Some(json!("x"))),
+            Err(RuntimeError::Invalid(m)) if m == "Invalid request body at `command`: must be an object"
+        ));
     }
 }

@@ -195,8 +195,15 @@ mod tests {
         );
         let end = Utc.with_ymd_and_hms(2026, 1, 1, 12, 3, 0).single().unwrap();
         assert_eq!(next_run("*/5 * * * *", None, t, Some(end)).unwrap(), None);
-        assert!(next_run("not a cron", None, t, None).is_err());
-        assert!(next_run("* * * * *", Some("Mars/Base"), t, None).is_err());
+        assert!(
+            next_run("not a cron", None, t, None)
+                .unwrap_err()
+                .starts_with("Invalid cron schedule 'not a cron': ")
+        );
+        assert_eq!(
+            next_run("* * * * *", Some("Mars/Base"), t, None).unwrap_err(),
+            "Invalid timezone 'Mars/Base'"
+        );
     }
 
     #[test]

@@ -208,24 +208,19 @@ fn clean_text(v: Option<&Value>, max: usize) -> String {
         .collect()
 }
 
-/// Reads the evaluator's answer: the JSON object in it (`<think>` blocks and code fences
-/// around it ignored) with a boolean `satisfied`.
+const NO_OBJECT: &str = "the evaluator's answer holds no JSON object";
+
+/// Reads the evaluator's answer: the JSON object in it (thinking dropped and the object found
+/// as [`fawn_llm::answer`] reads them; code fences around it ignored) with a boolean
+/// `satisfied`.
 pub fn parse_evaluation(text: &str) -> std::result::Result<Evaluation, String> {
-    let mut text = text.to_string();
-    while let Some(start) = text.find("<think>") {
-        match text[start..].find("</think>") {
-            Some(end) => text.replace_range(start..start + end + "</think>".len(), ""),
-            None => break,
-        }
+    let text = fawn_llm::answer::strip_think(text);
+    if !text.contains('{') {
+        return Err(NO_OBJECT.into());
     }
-    let (Some(start), Some(end)) = (text.find('{'), text.rfind('}')) else {
-        return Err("the evaluator's answer holds no JSON object".into());
+    let Some(v) = fawn_llm::answer::json_in(&text, '{') else {
+        return Err("the evaluator's answer is not valid JSON".into());
     };
-    if end <= start {
-        return Err("the evaluator's answer holds no JSON object".into());
-    }
-    let v: Value = serde_json::from_str(&text[start..=end])
-        .map_err(|e| format!("the evaluator's answer is not valid JSON: {e}"))?;
     let Some(satisfied) = v.get("satisfied").and_then(Value::as_bool) else {
         return Err("the evaluator's answer has no boolean `satisfied`".into());
     };
@@ -564,9 +559,15 @@ mod tests {
             (3, 2)
         );
         assert_eq!(new_goal("x", 99, "t").unwrap().max_continuations, 8);
-        assert!(new_goal(" \n ", 1, "t").is_err());
+        assert_eq!(
+            new_goal(" \n ", 1, "t").unwrap_err(),
+            "Goal objective must not be empty."
+        );
         assert!(new_goal(&"é".repeat(4000), 1, "t").is_ok());
-        assert!(new_goal(&"é".repeat(4001), 1, "t").is_err());
+        assert_eq!(
+            new_goal(&"é".repeat(4001), 1, "t").unwrap_err(),
+            format!("Goal objective must be at most {MAX_OBJECTIVE_CHARS} characters.")
+        );
     }
 
     #[test]
@@ -584,8 +585,30 @@ mod tests {
         assert_eq!(e.blocker, "none");
         let e = parse_evaluation(r#"{"satisfied": false, "blocker": "whatever"}"#).unwrap();
         assert_eq!(e.blocker, "missing_evidence");
-        assert!(parse_evaluation("yes").is_err());
-        assert!(parse_evaluation(r#"{"satisfied": "yes"}"#).is_err());
+        assert_eq!(parse_evaluation("yes").unwrap_err(), NO_OBJECT);
+        assert_eq!(
+            parse_evaluation(r#"{"satisfied": "yes"}"#).unwrap_err(),
+            "the evaluator's answer has no boolean `satisfied`"
+        );
+        assert_eq!(
+            parse_evaluation("{satisfied: yes}").unwrap_err(),
+            "the evaluator's answer is not valid JSON"
+        );
+        // The first object is the verdict; text after it is ignored.
+        let e = parse_evaluation(r#"{"satisfied": true} and {"satisfied": false}"#).unwrap();
+        assert!(e.satisfied);
+    }
+
+    /// An answer cut off while thinking holds no verdict, even when the thoughts hold JSON
+    /// (see `fawn_llm::answer::strip_think`).
+    #[test]
+    fn an_evaluator_cut_off_while_thinking_has_no_verdict() {
+        assert_eq!(
+            parse_evaluation("<think>maybe {\"satisfied\": true}").unwrap_err(),
+            NO_OBJECT
+        );
+        let e = parse_evaluation("<think>x</think>{\"satisfied\": true}").unwrap();
+        assert!(e.satisfied);
     }
 
     #[test]

@@ -127,6 +127,10 @@ impl RunOrigin {
     }
 }
 
+/// The key of `config.configurable` naming the user a run acts for (set at creation: the
+/// caller's identity wins over anything the client sent).
+pub const USER_ID: &str = "user_id";
+
 /// A run's `config`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunConfig {
@@ -138,6 +142,13 @@ pub struct RunConfig {
     pub recursion_limit: Option<Value>,
     #[serde(flatten)]
     pub extra: JsonMap,
+}
+
+impl RunConfig {
+    /// The user the run acts for (`configurable.user_id`).
+    pub fn user_id(&self) -> Option<&str> {
+        self.configurable.get(USER_ID).and_then(Value::as_str)
+    }
 }
 
 /// The checkpoint a run starts from.
@@ -290,6 +301,30 @@ impl RunKwargs {
             .map_err(|e| format!("the run's stored options are unreadable: {e}"))
     }
 
+    /// The user a stored run acts for (`config.configurable.user_id`; `None` when it has
+    /// none), read from the stored JSON without deserializing the rest of the options (this
+    /// runs on every run-scoped request's ownership check). The path is the one this type
+    /// writes: a test ties the two.
+    pub fn stored_user(stored: &JsonMap) -> Option<&str> {
+        stored
+            .get("config")?
+            .get("configurable")?
+            .get(USER_ID)?
+            .as_str()
+    }
+
+    /// The graph of a stored run ([`RunKwargs::graph_id`]), read as
+    /// [`RunKwargs::stored_user`] is (for the run's span, before the options are parsed).
+    pub fn stored_graph_id(stored: &JsonMap) -> Option<&str> {
+        stored.get("graph_id")?.as_str()
+    }
+
+    /// The input of a stored run ([`RunKwargs::input`]; `None` when it is absent or null),
+    /// read as [`RunKwargs::stored_user`] is.
+    pub fn stored_input(stored: &JsonMap) -> Option<&Value> {
+        stored.get("input").filter(|v| !v.is_null())
+    }
+
     /// The JSON stored in `runs.kwargs`.
     pub fn to_map(&self) -> JsonMap {
         match serde_json::to_value(self) {
@@ -369,6 +404,41 @@ mod tests {
         let Value::Object(m) = json!({"temporary": "yes"}) else {
             unreachable!()
         };
-        assert!(RunKwargs::from_map(&m).is_err());
+        let e = RunKwargs::from_map(&m).unwrap_err();
+        assert!(
+            e.starts_with("the run's stored options are unreadable: ") && e.contains("bool"),
+            "{e}"
+        );
+    }
+
+    /// Ownership checks read the user of a stored run without deserializing it: the path
+    /// they read is the one the type writes.
+    #[test]
+    fn the_stored_user_is_the_typed_one() {
+        let mut kw = RunKwargs::default();
+        assert_eq!(RunKwargs::stored_user(&kw.to_map()), None);
+        kw.config
+            .configurable
+            .insert(USER_ID.into(), Value::String("u1".into()));
+        assert_eq!(kw.config.user_id(), Some("u1"));
+        let stored = kw.to_map();
+        assert_eq!(RunKwargs::stored_user(&stored), Some("u1"));
+        assert_eq!(
+            RunKwargs::from_map(&stored).unwrap().config.user_id(),
+            Some("u1")
+        );
+        kw.config.configurable.insert(USER_ID.into(), json!(7));
+        assert_eq!(RunKwargs::stored_user(&kw.to_map()), None, "not a string");
+        // The other fields read before the options are parsed.
+        assert_eq!(RunKwargs::stored_graph_id(&kw.to_map()), None);
+        assert_eq!(RunKwargs::stored_input(&kw.to_map()), None);
+        kw.graph_id = Some("g".into());
+        kw.input = Some(json!({"messages": []}));
+        let stored = kw.to_map();
+        assert_eq!(RunKwargs::stored_graph_id(&stored), Some("g"));
+        assert_eq!(
+            RunKwargs::stored_input(&stored),
+            Some(&json!({"messages": []}))
+        );
     }
 }

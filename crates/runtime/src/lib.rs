@@ -3,7 +3,8 @@
 //! cancellation, multitask follow-ups ([`runs`]) —, execution through a graph's
 //! `GraphRunner`, checkpoint writing under the run's durability ([`checkpoints`]: the one
 //! writer of checkpoint metadata), finishing (status derivation, webhooks), the per-run event
-//! logs ([`broker`]) fed by the run's observer ([`observer`]), crons ([`crons`]), thread
+//! logs ([`broker`]) fed by the run's observer ([`observer`]) and joined from any node
+//! ([`join`]), crons ([`crons`]), the test-only run seeder's writes ([`seed`]), thread
 //! operations that are more than a store call ([`threads`]) and the agent's process-wide
 //! services ([`services`]: sandbox provider, MCP hub, skills cache, memory).
 //!
@@ -21,12 +22,14 @@ pub mod error;
 pub mod goal;
 pub mod graphs;
 pub mod hooks;
+pub mod join;
 pub mod journal;
 pub mod kwargs;
 pub mod observer;
 pub mod runs;
 pub mod runtime;
 pub mod scheduled;
+pub mod seed;
 pub mod services;
 pub mod testing;
 pub mod thread_feed;

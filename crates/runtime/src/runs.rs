@@ -467,10 +467,7 @@ fn run_span(run: &Run, origin: Option<&crate::kwargs::RunOrigin>) -> fawn_teleme
     if !fawn_telemetry::trace::enabled() {
         return fawn_telemetry::trace::Span::none();
     }
-    let graph_id = run
-        .kwargs
-        .get("graph_id")
-        .and_then(Value::as_str)
+    let graph_id = crate::kwargs::RunKwargs::stored_graph_id(&run.kwargs)
         .unwrap_or(&run.assistant_id)
         .to_string();
     let parent = crate::kwargs::RunOrigin::run_parent(origin);
@@ -497,18 +494,12 @@ fn run_span(run: &Run, origin: Option<&crate::kwargs::RunOrigin>) -> fawn_teleme
             if let Some(id) = origin.and_then(|o| o.request_id.clone()) {
                 a.push(Attr::new(attrs::REQUEST_ID, id));
             }
-            let user = run
-                .kwargs
-                .get("config")
-                .and_then(|c| c.get("configurable"))
-                .and_then(|c| c.get("user_id"))
-                .and_then(Value::as_str)
-                .filter(|u| !u.is_empty());
+            let user = crate::kwargs::RunKwargs::stored_user(&run.kwargs).filter(|u| !u.is_empty());
             if let Some(u) = user {
                 a.push(Attr::new(attrs::USER_ID, u.to_string()));
             }
             if fawn_telemetry::trace::capture_inputs()
-                && let Some(input) = run.kwargs.get("input").filter(|v| !v.is_null())
+                && let Some(input) = crate::kwargs::RunKwargs::stored_input(&run.kwargs)
             {
                 a.push(Attr::new(
                     attrs::INPUT_VALUE,

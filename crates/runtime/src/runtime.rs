@@ -107,7 +107,10 @@ pub struct Runtime {
     pub store: Arc<dyn Persistence>,
     pub graphs: Graphs,
     pub models: ModelRegistry,
-    pub broker: Broker,
+    /// The runs' event logs: the runtime's own (opened, fed and finished only here). Callers
+    /// read them through [`Runtime::run_log`], [`Runtime::watch_thread`] and
+    /// [`Runtime::thread_logs`], and join through [`crate::join`].
+    pub(crate) broker: Broker,
     pub queue: Queue,
     pub webhooks: WebhookClients,
     pub webhook_policy: WebhookPolicy,

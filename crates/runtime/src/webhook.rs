@@ -227,10 +227,18 @@ mod tests {
         let p = WebhookPolicy::default();
         assert!(p.validate_url("https://example.com/hook").is_ok());
         assert!(p.validate_url("/internal/hook").is_ok());
-        assert!(p.validate_url("//evil.com/x").is_err());
-        assert!(p.validate_url("file:///etc/passwd").is_err());
-        assert!(p.validate_url("ftp://x/y").is_err());
-        assert!(p.validate_url("not a url").is_err());
+        for bad in [
+            "//evil.com/x",
+            "file:///etc/passwd",
+            "ftp://x/y",
+            "not a url",
+        ] {
+            assert!(
+                matches!(p.validate_url(bad), Err(RuntimeError::Invalid(m))
+                    if m == format!("Invalid webhook URL '{bad}': must be an absolute http(s) URL or a path starting with '/'")),
+                "{bad}"
+            );
+        }
         for internal in [
             "http://127.0.0.1:8080/hook",
             "http://[::1]/hook",

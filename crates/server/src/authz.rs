@@ -279,13 +279,10 @@ async fn owns_task(app: &AppState, p: &Principal, id: &str) -> Result<(), ApiErr
     }
 }
 
-/// The user a run acts for (`configurable.user_id`, set by the server).
+/// The user a run acts for (its typed options' `config.configurable.user_id`, set at
+/// creation).
 pub fn run_user(run: &fawn_checkpoint::Run) -> Option<&str> {
-    run.kwargs
-        .get("config")
-        .and_then(|c| c.get("configurable"))
-        .and_then(|c| c.get("user_id"))
-        .and_then(|u| u.as_str())
+    fawn_runtime::kwargs::RunKwargs::stored_user(&run.kwargs)
 }
 
 async fn owns_run(app: &AppState, p: &Principal, id: &str) -> Result<(), ApiError> {

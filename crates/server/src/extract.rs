@@ -400,7 +400,14 @@ mod tests {
         let q = Query::parse("a=1&b=False&c=maybe");
         assert_eq!(q.bool("a").unwrap(), Some(true));
         assert_eq!(q.bool("b").unwrap(), Some(false));
-        assert!(q.bool("c").is_err());
+        let e = q.bool("c").unwrap_err();
+        assert_eq!(
+            (e.status.as_u16(), e.detail.as_str()),
+            (
+                422,
+                "Invalid value for query parameter `c`: 'maybe' is not a boolean"
+            )
+        );
         assert_eq!(q.bool("d").unwrap(), None);
     }
 
@@ -421,7 +428,11 @@ mod tests {
 
     #[test]
     fn uuid_check() {
-        assert!(uuid_param("thread", "nope").is_err());
+        let e = uuid_param("thread", "nope").unwrap_err();
+        assert_eq!(
+            (e.status.as_u16(), e.detail.as_str()),
+            (422, "Invalid thread ID: must be a UUID")
+        );
         assert_eq!(
             uuid_param("thread", "6BA7B821-9DAD-11D1-80B4-00C04FD430C8").unwrap(),
             "6ba7b821-9dad-11d1-80b4-00c04fd430c8"

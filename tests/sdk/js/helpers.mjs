@@ -31,13 +31,14 @@ export function apiKey(url, role = "admin") {
 
 /**
  * A client that never retries, so a 5xx shows as a failure instead of a duplicate run.
- * It acts as the admin; `{ role: "other" }` for the plain user, `{ apiKey: null }` for anonymous.
+ * It acts as the admin; `{ role: "other" }` for the plain user, `{ apiKey: null }` for anonymous;
+ * `{ fetch }` replaces the fetch it sends requests with (to watch them).
  */
-export function client(url, { role = "admin", apiKey: key } = {}) {
+export function client(url, { role = "admin", apiKey: key, fetch } = {}) {
   return new Client({
     apiUrl: url,
     apiKey: key === undefined ? apiKey(url, role) : key,
-    callerOptions: { maxRetries: 0 },
+    callerOptions: fetch ? { maxRetries: 0, fetch } : { maxRetries: 0 },
   });
 }
 

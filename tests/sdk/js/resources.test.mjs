@@ -74,9 +74,20 @@ for (const [backend, url] of servers()) {
       const { thread_id } = await c.threads.create();
       const controller = new AbortController();
       const seen = [];
+      // The server subscribes to the thread before it answers the stream's headers: a client
+      // whose fetch says when they arrive lets the runs start only once nothing can be missed.
+      let answered;
+      const subscribed = new Promise((resolve) => { answered = resolve; });
+      const watcher = client(url, {
+        fetch: async (input, init) => {
+          const res = await fetch(input, init);
+          if (String(input).includes(`/threads/${thread_id}/stream`)) answered(res.status);
+          return res;
+        },
+      });
       const reading = (async () => {
         try {
-          for await (const part of c.threads.joinStream(thread_id, {
+          for await (const part of watcher.threads.joinStream(thread_id, {
             streamMode: ["lifecycle"], signal: controller.signal,
           })) {
             seen.push(part);
@@ -86,7 +97,7 @@ for (const [backend, url] of servers()) {
           if (!controller.signal.aborted) throw e;
         }
       })();
-      await new Promise((r) => setTimeout(r, 300));
+      assert.equal(await subscribed, 200, "the thread stream answered");
       const a = await c.runs.create(thread_id, AGENT, { input: user("one") });
       await c.runs.join(thread_id, a.run_id);
       const b = await c.runs.create(thread_id, AGENT, { input: user("two") });

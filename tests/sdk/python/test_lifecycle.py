@@ -109,13 +109,15 @@ def test_webhook_is_called_when_the_run_ends(client):
 def test_thread_stream_sees_every_run(client, server):
     tid = client.threads.create()["thread_id"]
     events = []
-    done = threading.Event()
+    subscribed, done = threading.Event(), threading.Event()
 
     def listen():
         try:
             with httpx.Client(base_url=server.url, headers=server.headers(),
                               timeout=httpx.Timeout(10.0, read=10.0)) as h:
                 with h.stream("GET", f"/threads/{tid}/stream", params={"stream_mode": "lifecycle"}) as r:
+                    # The server subscribes to the thread before it answers the headers.
+                    subscribed.set()
                     for line in r.iter_lines():
                         if line.startswith("data:"):
                             events.append(json.loads(line[5:]))
@@ -125,7 +127,7 @@ def test_thread_stream_sees_every_run(client, server):
             done.set()
 
     threading.Thread(target=listen, daemon=True).start()
-    time.sleep(0.3)
+    assert subscribed.wait(10), "the thread stream answered"
     client.runs.wait(tid, AGENT, input=user("one"))
     r2 = client.runs.create(tid, AGENT, input=user("two"))
     client.runs.join(tid, r2["run_id"])

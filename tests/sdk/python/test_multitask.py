@@ -82,22 +82,29 @@ def test_the_replaced_runs_stream_ends_cleanly(client, server, strategy):
 
     tid = client.threads.create()["thread_id"]
     other = get_sync_client(url=server.url, api_key=server.keys["admin"], timeout=30)
-    parts, done = [], threading.Event()
+    parts, errors, done = [], [], threading.Event()
 
     def consume():
         try:
             for p in other.runs.stream(tid, AGENT, input=user(slow(words=200, delay_ms=25)),
                                        stream_mode=["messages-tuple", "values"]):
                 parts.append(p)
+        except BaseException as e:  # a thread's exception is lost unless handed over
+            errors.append(e)
         finally:
             done.set()
 
+    def first_streaming():
+        assert not errors, f"the first run's stream failed: {errors[0]!r}"
+        return any(p.event == "messages" for p in parts)
+
     threading.Thread(target=consume, daemon=True).start()
-    eventually(lambda: any(p.event == "messages" for p in parts), what="the first run streaming")
+    eventually(first_streaming, what="the first run streaming")
     first = parts[0].data["run_id"]
     out = client.runs.wait(tid, AGENT, input=user("take over"), multitask_strategy=strategy)
     assert "take over" in answer_text(out)
     assert done.wait(10), "the first run's stream closed"
+    assert not errors, f"the first run's stream ended with an exception: {errors[0]!r}"
     assert "error" not in [p.event for p in parts]
     if strategy == "interrupt":
         assert client.runs.get(tid, first)["status"] == "interrupted"

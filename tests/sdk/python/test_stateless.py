@@ -15,7 +15,11 @@ def test_stateless_stream_deletes_its_thread(client):
     assert "no thread" in answer_text([p.data for p in parts if p.event == "values"][-1])
     (meta,) = created
     assert meta["run_id"] == parts[0].data["run_id"]
-    tid = meta.get("thread_id") or parts[0].data.get("thread_id")
+    # A stateless stream's Content-Location names only the run; its metadata event names the
+    # temporary thread.
+    assert parts[0].event == "metadata"
+    tid = parts[0].data.get("thread_id")
+    assert tid, "the metadata event names the temporary thread"
 
     def gone():
         try:
@@ -24,8 +28,7 @@ def test_stateless_stream_deletes_its_thread(client):
         except NotFoundError:
             return True
 
-    if tid:
-        eventually(gone, what="the temporary thread to be deleted")
+    eventually(gone, what="the temporary thread to be deleted")
 
 
 def test_stateless_wait_keep(client):

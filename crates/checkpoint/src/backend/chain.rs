@@ -237,8 +237,14 @@ mod tests {
             StateUpdate::from_value(back[0].1.clone()).unwrap(),
             writes[0].1
         );
-        assert!(decode_writes_json("{}").is_err());
-        assert!(decode_writes_json("[[1, {}]]").is_err());
+        assert_eq!(
+            decode_writes_json("{}").unwrap_err(),
+            "writes: expected an array"
+        );
+        assert_eq!(
+            decode_writes_json("[[1, {}]]").unwrap_err(),
+            "writes: expected [node, update]"
+        );
     }
 
     #[test]

@@ -650,23 +650,25 @@ impl SqlStore {
     ) -> DbResult<Prepared> {
         let writes = encode_writes(&cp.writes);
         let delta_len = writes.len() as i64;
-        let mut snapshot = needs_snapshot(parent_accounting.as_ref(), delta_len)
+        let snapshot = needs_snapshot(parent_accounting.as_ref(), delta_len)
             || writes_need_normalizing(&cp.writes);
         if cfg!(debug_assertions)
             && !snapshot
             && let Some(parent_state) = parent.and_then(Cached::state)
         {
-            // Debug builds check that replaying the writes reproduces the caller's state.
+            // Debug builds (and so every test) check that replaying the writes reproduces the
+            // caller's state. A release build skips the check and stores the delta, so the
+            // state read back would be wrong: a mismatch is a bug, and it fails loudly here
+            // instead of being papered over with a snapshot only debug builds would take.
             let mut replayed = (*parent_state).clone();
             let mut updates: Vec<_> = cp.writes.iter().map(|(_, w)| w.clone()).collect();
             let same = replayed.apply_writes(&mut updates).is_ok() && replayed == *cp.state;
-            if !same {
-                tracing::error!(
-                    thread_id = %cp.thread_id,
-                    "checkpoint writes do not reproduce the given state; storing a snapshot"
-                );
-                snapshot = true;
-            }
+            assert!(
+                same,
+                "checkpoint writes do not reproduce the given state (thread {}, parent {:?}): \
+                 a release build would store a delta that reads back a different state",
+                cp.thread_id, cp.parent_id
+            );
         }
         let (snapshot, accounting) = match (snapshot, parent_accounting) {
             (false, Some(p)) => (

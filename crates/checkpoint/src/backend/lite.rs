@@ -847,8 +847,15 @@ mod tests {
             Some(serde_json::json!({"a": [1, "x"]}))
         );
         assert_eq!(row.opt_text("n").unwrap(), None);
-        assert!(row.opt_int("k").is_err(), "text is not an integer");
-        assert!(row.opt_text("missing").is_err());
+        assert!(
+            matches!(row.opt_int("k"), Err(DbErr::Store(crate::StoreError::Corrupt(m)))
+                if m == "column k: expected an integer, found Text"),
+            "text is not an integer"
+        );
+        assert!(matches!(
+            row.opt_text("missing"),
+            Err(DbErr::Store(crate::StoreError::Corrupt(m))) if m == "column missing: not in the result"
+        ));
     }
 
     #[tokio::test]
@@ -881,9 +888,12 @@ mod tests {
         lite.close().await;
         assert!(lite.is_closed());
         lite.wal_checkpoint().await;
-        assert!(lite.read_all(Sql::new("SELECT 1")).is_err());
-        assert!(lite.write(insert("b")).await.is_err());
-        assert!(lite.begin(false).await.is_err());
+        let is_closed = |e: DbErr| matches!(e, DbErr::Store(crate::StoreError::Database(m)) if m == "the database is closed");
+        assert!(is_closed(
+            lite.read_all(Sql::new("SELECT 1")).err().unwrap()
+        ));
+        assert!(is_closed(lite.write(insert("b")).await.err().unwrap()));
+        assert!(is_closed(lite.begin(false).await.err().unwrap()));
     }
 
     /// Spawns `op` on its own handle to the database and returns once it is queued for
@@ -1023,7 +1033,8 @@ mod tests {
         // What SQLite does on some errors (disk full, I/O): the transaction is gone.
         a.run(Sql::new("ROLLBACK")).unwrap();
         let b = queue_write_b(&lite).await;
-        assert!(a.commit().await.is_err());
+        // Its savepoint went with it.
+        assert!(matches!(a.commit().await, Err(DbErr::Lite(_))));
         // `b` starts a new group instead of writing outside any transaction and then
         // being told its (long gone) group failed.
         b.await.unwrap().unwrap();

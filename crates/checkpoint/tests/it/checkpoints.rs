@@ -837,3 +837,39 @@ async fn step_writes_come_from_the_oldest_loop_child(db: Arc<dyn Persistence>) {
     let writes = db.step_writes(&thread, "", &ran).await.unwrap().unwrap();
     assert_eq!(writes[0].0, "tools");
 }
+
+/// Debug builds replay a checkpoint's writes onto its parent's state and compare with the
+/// state handed over; a release build trusts them and stores only the delta. A caller whose
+/// writes do not make its state is a bug that would read back a wrong state in release, so
+/// debug builds (every test) refuse it loudly instead of quietly storing a snapshot.
+#[cfg(debug_assertions)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[should_panic(expected = "checkpoint writes do not reproduce the given state")]
+async fn writes_that_do_not_make_the_state_fail_loudly_in_debug_builds() {
+    let db = crate::support::TestDb::sqlite();
+    let store = db.open().await;
+    let thread = new_id();
+    let (c0, s0) = put_step(
+        &*store,
+        &thread,
+        None,
+        None,
+        json!({}),
+        vec![("n", say("m0", "x"))],
+    )
+    .await;
+    // A write that adds a message, handed over with the parent's state unchanged.
+    let _ = store
+        .put_checkpoint(NewCheckpoint {
+            thread_id: thread.clone(),
+            checkpoint_ns: String::new(),
+            parent_id: Some(c0),
+            run_id: None,
+            metadata: Default::default(),
+            writes: vec![("n".into(), say("m1", "y"))],
+            state: Arc::new(s0),
+            next: vec![],
+            tasks: vec![],
+        })
+        .await;
+}

@@ -95,7 +95,10 @@ async fn everything_survives_a_restart(config: BackendConfig) {
     .unwrap();
     db.close().await;
     assert!(!db.ping().await, "closed");
-    assert!(db.get_thread(&tid).await.is_err());
+    assert!(matches!(
+        db.get_thread(&tid).await,
+        Err(StoreError::Database(m)) if m.contains("closed")
+    ));
     drop(db);
 
     let db = open(&config).await.unwrap();

@@ -512,11 +512,11 @@ async fn reaper_requeues_then_gives_up(db: Arc<dyn Persistence>) {
             assert_eq!(reaped[0].owner, None);
             assert_eq!(status_of(&db, &a).await, ThreadStatus::Busy);
             // The dead worker lost the run.
-            assert!(
+            assert!(matches!(
                 db.heartbeat(&run.run_id, &format!("w{attempt}"), LEASE)
-                    .await
-                    .is_err()
-            );
+                    .await,
+                Err(StoreError::NotFound(_))
+            ));
         } else {
             assert_eq!(reaped[0].status, RunStatus::Error);
             assert_eq!(reaped[0].stop_reason.as_deref(), Some("orphan_recovered"));

@@ -26,13 +26,21 @@ impl TestDb {
         }
     }
 
-    /// `None` (with a loud message) when `TEST_DATABASE_URL` is not set.
+    /// Panics when `TEST_DATABASE_URL` is not set; `None` (saying so) only when
+    /// `FAWN_SKIP_POSTGRES_TESTS` asks to skip the Postgres tests.
     pub fn postgres() -> Option<TestDb> {
         let Ok(url) = std::env::var("TEST_DATABASE_URL") else {
-            eprintln!(
-                "\n!!!!! TEST_DATABASE_URL is not set: SKIPPING a Postgres persistence test !!!!!\n"
+            // A Postgres test passes only by running: without a database it fails, unless
+            // skipping was asked for by name (and then says so).
+            if std::env::var("FAWN_SKIP_POSTGRES_TESTS").is_ok_and(|v| !v.is_empty() && v != "0") {
+                eprintln!("FAWN_SKIP_POSTGRES_TESTS is set: SKIPPED a Postgres persistence test");
+                return None;
+            }
+            panic!(
+                "TEST_DATABASE_URL is not set: this Postgres persistence test needs it \
+                 (e.g. postgres://postgres@127.0.0.1:5432/test, as `make test` sets), \
+                 or set FAWN_SKIP_POSTGRES_TESTS=1 to skip the Postgres tests"
             );
-            return None;
         };
         let schema = format!("fawn_test_{}", uuid::Uuid::new_v4().simple());
         Some(TestDb {

@@ -3,5 +3,6 @@
 
 mod check_config;
 mod db;
+mod layout;
 mod observability;
 mod serve;

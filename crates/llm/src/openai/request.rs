@@ -3,9 +3,10 @@
 
 use super::wire::{ChatCompletionRequest, WireFunction, WireMessage, WireToolCall, WireTools};
 use crate::content::{image_note, image_ref, is_image_block};
+use crate::roles::{self, Provider};
 use crate::settings::ModelSettings;
 use crate::{ChatRequest, LlmError};
-use fawn_state::{Content, Message, MessageKind};
+use fawn_state::{Content, Message};
 use serde_json::{Map, Value, json};
 use std::collections::HashSet;
 
@@ -266,30 +267,6 @@ fn tool_text(content: &Content) -> String {
     }
 }
 
-fn role_of(kind: &MessageKind) -> Option<&'static str> {
-    Some(match kind {
-        MessageKind::Human => "user",
-        MessageKind::Ai | MessageKind::AiChunk => "assistant",
-        MessageKind::Tool => "tool",
-        MessageKind::System => "system",
-        MessageKind::Function => "function",
-        MessageKind::Chat | MessageKind::Remove => return None,
-        MessageKind::Other(s) => {
-            if s.starts_with("Human") || s == "HumanMessage" {
-                "user"
-            } else if s.starts_with("AI") {
-                "assistant"
-            } else if s.starts_with("System") {
-                "system"
-            } else if s.starts_with("Tool") {
-                "tool"
-            } else {
-                return None;
-            }
-        }
-    })
-}
-
 fn assistant_message(m: &Message, quirks: &Quirks, thinking_on: bool) -> WireMessage {
     let mut calls: Vec<WireToolCall> = m
         .tool_calls
@@ -385,17 +362,10 @@ where
     let mut out = Vec::with_capacity(messages.len());
     let mut dropped_calls: HashSet<String> = HashSet::new();
     for (i, m) in messages.enumerate() {
-        let role = match (&m.kind, role_of(&m.kind)) {
-            (MessageKind::Remove, _) => continue,
-            (MessageKind::Chat, _) => m.role.as_deref().unwrap_or("user"),
-            (_, Some(r)) => r,
-            (MessageKind::Other(t), None) => {
-                return Err(bad(format!(
-                    "messages[{i}]: message type '{t}' cannot be sent to a chat model"
-                )));
-            }
-            (_, None) => continue,
+        let Some(role) = roles::classify(m, i, Provider::OpenAi)? else {
+            continue;
         };
+        let role = role.openai();
         let w = match role {
             "assistant" => {
                 let w = assistant_message(m, quirks, thinking_on);

@@ -56,17 +56,11 @@ fn user_message(text: &str, locale: Option<&str>) -> String {
     format!("Write the rewrite in: {hint}\n\nThe draft:\n<draft>\n{text}\n</draft>")
 }
 
-/// The rewrite in a model's answer: complete `<think>…</think>` blocks dropped (an unclosed
-/// `<think>` is kept: it may be part of the draft), a code fence around the whole answer
-/// removed, whitespace trimmed.
+/// The rewrite in a model's answer: thinking dropped as [`fawn_llm::answer::strip_think`] does
+/// (an unclosed `<think>` after some text is kept: the draft may mention it), a code fence
+/// around the whole answer removed, whitespace trimmed.
 pub fn clean_rewrite(answer: &str) -> String {
-    let mut text = answer.to_string();
-    while let Some(start) = text.find("<think>") {
-        match text[start..].find("</think>") {
-            Some(end) => text.replace_range(start..start + end + "</think>".len(), ""),
-            None => break,
-        }
-    }
+    let text = fawn_llm::answer::strip_think(answer);
     let trimmed = text.trim();
     if let Some(rest) = trimmed.strip_prefix("```")
         && let Some(inner) = rest.strip_suffix("```")
@@ -168,5 +162,8 @@ mod tests {
             "Run:\n```sh\nls\n```\nthen stop."
         );
         assert_eq!(clean_rewrite("<think>only thoughts</think>"), "");
+        // Cut off while thinking: no rewrite (the caller answers 503, nothing usable), not
+        // the thoughts handed back as the user's text.
+        assert_eq!(clean_rewrite("<think>the draft says"), "");
     }
 }

@@ -27,12 +27,9 @@ use crate::wire::ok;
 use axum::extract::State;
 use axum::response::Response;
 use chrono::{DateTime, Utc};
-use fawn_checkpoint::{CancelAction, CancelTarget, MultitaskStrategy, NewRun, NewRunEvent};
-use fawn_runtime::create::OWNER_KEY;
-use fawn_runtime::journal::{AI_RESPONSE, HUMAN_INPUT, LEAD_AGENT, MESSAGE};
-use fawn_state::Message;
+use fawn_runtime::seed::{SeededMessage, SeededRun, seed_finished_runs};
 use serde::Deserialize;
-use serde_json::{Map, json};
+use serde_json::json;
 
 /// Whether the seeder is served: asked for, and not in production.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -76,9 +73,6 @@ impl TestSeed {
         self.requested && !self.production
     }
 }
-
-/// A far future: the seeded runs are never due, so no worker claims one before it ends.
-const NEVER_SECONDS: f64 = 100.0 * 365.0 * 24.0 * 3600.0;
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -138,64 +132,23 @@ pub async fn seed_runs(
         runs.push((run_id, at, r));
     }
     owns_thread(&app, &principal, &thread_id).await?;
-    let mut thread_meta = Map::new();
-    let mut kwargs = Map::new();
-    if let Some(me) = principal.scope() {
-        thread_meta.insert(OWNER_KEY.into(), json!(me));
-        kwargs.insert("config".into(), json!({"configurable": {"user_id": me}}));
-    }
-    let assistant_id = fawn_runtime::graphs::system_assistant_id(fawn_runtime::graphs::LEAD_AGENT);
-    for (run_id, at, r) in &runs {
-        app.store
-            .create_run(NewRun {
-                run_id: Some(run_id.clone()),
-                thread_id: thread_id.clone(),
-                assistant_id: assistant_id.clone(),
-                metadata: Map::new(),
-                kwargs: kwargs.clone(),
-                multitask_strategy: MultitaskStrategy::Enqueue,
-                after_seconds: NEVER_SECONDS,
-                create_thread_if_missing: Some(thread_meta.clone()),
-            })
-            .await
-            .map_err(|e| ApiError::store("seeding a run", e))?;
-        app.store
-            .cancel_runs(
-                &CancelTarget::Runs {
-                    thread_id: Some(thread_id.clone()),
-                    run_ids: vec![run_id.clone()],
-                },
-                CancelAction::Interrupt,
-            )
-            .await
-            .map_err(|e| ApiError::store("ending a seeded run", e))?;
-        let rows: Vec<NewRunEvent> = r
-            .messages
-            .iter()
-            .map(|m| {
-                let (mut message, event_type) = match m.role {
-                    Role::Human => (Message::human(m.content.clone()), HUMAN_INPUT),
-                    Role::Ai => (Message::ai(m.content.clone()), AI_RESPONSE),
-                };
-                message.id = Some(m.id.clone());
-                let mut metadata = Map::new();
-                metadata.insert("caller".into(), json!(LEAD_AGENT));
-                NewRunEvent {
-                    event_type: event_type.into(),
-                    category: MESSAGE.into(),
-                    content: serde_json::to_value(&message).unwrap_or_default(),
-                    metadata,
-                    created_at: *at,
-                }
-            })
-            .collect();
-        if !rows.is_empty() {
-            app.store
-                .append_run_events(&thread_id, run_id, rows)
-                .await
-                .map_err(|e| ApiError::store("seeding the run's journal", e))?;
-        }
-    }
+    let runs: Vec<SeededRun> = runs
+        .into_iter()
+        .map(|(run_id, created_at, r)| SeededRun {
+            run_id,
+            created_at,
+            messages: r
+                .messages
+                .iter()
+                .map(|m| SeededMessage {
+                    human: matches!(m.role, Role::Human),
+                    content: m.content.clone(),
+                    id: m.id.clone(),
+                })
+                .collect(),
+        })
+        .collect();
+    seed_finished_runs(&app.rt, &thread_id, principal.scope(), &runs).await?;
     Ok(ok(
         &json!({"ok": true, "thread_id": thread_id, "runs": runs.len()}),
     ))

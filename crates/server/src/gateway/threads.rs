@@ -265,31 +265,12 @@ fn suggestions_prompt(n: u32) -> String {
     )
 }
 
-/// The strings of the JSON array in a model's answer: `<think>` blocks and code fences are
-/// dropped, the array is the first JSON value starting at the first `[`, and only non-empty
-/// strings are kept (newlines folded). Anything else is no suggestions.
+/// The strings of the JSON array in a model's answer (thinking dropped and the array found as
+/// [`fawn_llm::answer`] reads them; code fences around it ignored): only non-empty strings are
+/// kept (newlines folded). Anything else is no suggestions.
 pub fn parse_suggestions(answer: &str) -> Vec<String> {
-    let mut text = answer.to_string();
-    while let Some(start) = text.find("<think>") {
-        match text[start..].find("</think>") {
-            Some(end) => text.replace_range(start..start + end + "</think>".len(), ""),
-            None => text.truncate(start),
-        }
-    }
-    let Some(start) = text.find('[') else {
-        return Vec::new();
-    };
-    // The first JSON value from the first `[` (text after it ignored), else everything up to
-    // the last `]`.
-    let first = serde_json::Deserializer::from_str(&text[start..])
-        .into_iter::<Value>()
-        .next()
-        .and_then(Result::ok);
-    let whole = || {
-        let end = text.rfind(']').filter(|e| *e > start)?;
-        serde_json::from_str::<Value>(&text[start..=end]).ok()
-    };
-    let Some(Value::Array(items)) = first.or_else(whole) else {
+    let text = fawn_llm::answer::strip_think(answer);
+    let Some(Value::Array(items)) = fawn_llm::answer::json_in(&text, '[') else {
         return Vec::new();
     };
     items

@@ -659,7 +659,7 @@ async fn get_tree(ctx: &Ctx<'_>, p: &Map<String, Value>) -> CmdResult {
 
 /// The subagents a run started, from its log while this node holds it.
 fn subagents_of(app: &AppState, run: &Run) -> Vec<Value> {
-    let Some(log) = app.broker.get(&run.run_id) else {
+    let Some(log) = app.run_log(&run.run_id) else {
         return Vec::new();
     };
     let mut types: Map<String, Value> = Map::new();

@@ -80,27 +80,7 @@ fn liveness(app: &AppState, run_id: &str) -> Liveness {
     Arc::new(move || {
         let app = app.clone();
         let run_id = run_id.clone();
-        async move {
-            if app.queue.is_local(&run_id) {
-                return false;
-            }
-            match app.store.get_run(&run_id).await {
-                Ok(Some(r)) => {
-                    if r.status.is_active() {
-                        false
-                    } else {
-                        app.broker.finish(&run_id, None);
-                        true
-                    }
-                }
-                Ok(None) => {
-                    app.broker.finish(&run_id, None);
-                    true
-                }
-                Err(_) => false,
-            }
-        }
-        .boxed()
+        async move { fawn_runtime::join::ended_elsewhere(&app.rt, &run_id).await }.boxed()
     })
 }
 
@@ -110,7 +90,7 @@ fn stream_created(
     location: &str,
     content_location: &str,
 ) -> Response {
-    let Some(log) = app.broker.get(&c.run.run_id) else {
+    let Some(log) = app.run_log(&c.run.run_id) else {
         return sse_response(Body::empty(), Some(location), Some(content_location));
     };
     let sub = log.subscribe(Cursor::Start, ModeFilter::all());
@@ -126,7 +106,7 @@ fn stream_created(
 
 /// The `/wait` / `/join` body once a run is over.
 async fn final_body(app: &AppState, run_id: &str, thread_id: &str) -> Bytes {
-    if let Some(log) = app.broker.get(run_id)
+    if let Some(log) = app.run_log(run_id)
         && let Some(b) = log.final_body()
     {
         return b;
@@ -171,7 +151,7 @@ fn wait_future(
     let run_id = run_id.to_string();
     let thread_id = thread_id.to_string();
     // Taken now: a fast run may finish (and leave the broker) before the body is polled.
-    let log = app.broker.get(&run_id);
+    let log = app.run_log(&run_id);
     async move {
         match log {
             Some(log) => {
@@ -646,19 +626,8 @@ fn join_stream_response(
     let filter = ModeFilter::new(q.list(&["stream_mode"]));
     let cancel_on_disconnect = q.bool("cancel_on_disconnect")?.unwrap_or(false);
     let cursor = Cursor::from_last_event_id(header_str(headers, "last-event-id"));
-    let log = match app.broker.get(&run.run_id) {
-        Some(l) => l,
-        None if run.status.is_active() => {
-            let resumable =
-                fawn_runtime::RunKwargs::from_map(&run.kwargs).is_ok_and(|k| k.resumable);
-            let log = app.broker.open(&run.run_id, &run.thread_id, resumable);
-            if app.queue.active(&run.run_id).is_none() {
-                // Executed (or about to be) by another node: relay it from the database.
-                fawn_runtime::runs::relay_remote_run(&app.rt, &run, log.clone());
-            }
-            log
-        }
-        None => return Ok(sse_response(Body::empty(), None, None)),
+    let Some(log) = fawn_runtime::join::log_to_join(&app.rt, &run) else {
+        return Ok(sse_response(Body::empty(), None, None));
     };
     let include_ids = log.is_resumable();
     let sub = log.subscribe(cursor, filter);
@@ -742,7 +711,7 @@ pub async fn thread_stream(
     if requested.is_empty() {
         modes.run_modes = true;
     }
-    let watch = app.broker.hub.subscribe(&tid);
+    let watch = app.watch_thread(&tid);
     let replay = match Cursor::from_last_event_id(header_str(&headers, "last-event-id")) {
         Cursor::Live => Vec::new(),
         cursor => {
@@ -751,7 +720,7 @@ pub async fn thread_stream(
                 _ => None,
             };
             let mut events = Vec::new();
-            for log in app.broker.logs_of_thread(&tid) {
+            for log in app.thread_logs(&tid) {
                 if log.is_resumable() {
                     events.extend(log.retained_after(after));
                 }

@@ -744,8 +744,19 @@ mod tests {
     fn ttl_rule_names_the_bound() {
         assert!(TTL_RULE.contains(&fawn_checkpoint::MAX_TTL_MINUTES.to_string()));
         assert!(parse_ttl(&Some(json!(52_596_000))).unwrap().is_some());
-        assert!(parse_ttl(&Some(json!({"ttl": 52_596_000.5}))).is_err());
-        assert!(parse_ttl(&Some(json!(200_000_000_000u64))).is_err());
+        let e = parse_ttl(&Some(json!({"ttl": 52_596_000.5}))).unwrap_err();
+        assert_eq!(
+            (e.status.as_u16(), e.detail),
+            (
+                422,
+                format!("Invalid request body at `ttl.ttl`: {TTL_RULE}")
+            )
+        );
+        let e = parse_ttl(&Some(json!(200_000_000_000u64))).unwrap_err();
+        assert_eq!(
+            (e.status.as_u16(), e.detail),
+            (422, format!("Invalid request body at `ttl`: {TTL_RULE}"))
+        );
     }
 
     #[test]
@@ -760,6 +771,13 @@ mod tests {
             Some("c".into())
         );
         assert_eq!(before_id(&Value::Null).unwrap(), None);
-        assert!(before_id(&json!(3)).is_err());
+        let e = before_id(&json!(3)).unwrap_err();
+        assert_eq!(
+            (e.status.as_u16(), e.detail.as_str()),
+            (
+                422,
+                "Invalid request body at `before`: must be a checkpoint id or a checkpoint object"
+            )
+        );
     }
 }
