@@ -218,6 +218,7 @@ fn build(
         extensions = parse_extensions(map, opts, &mut report);
     }
     apply_database_url(opts, &mut app, &mut report);
+    apply_concurrency_env(opts, &mut app, &mut report);
     validate::app(&mut app, &origins, &mut report);
     validate::extensions(&extensions, &mut report);
     let issues: Vec<ConfigIssue> = opts
@@ -343,6 +344,29 @@ fn apply_database_url(opts: &LoadOptions, app: &mut AppConfig, report: &mut Repo
     let db = app.database.get_or_insert_with(DatabaseConfig::default);
     db.backend = Some(backend.to_string());
     db.url = Some(url);
+}
+
+/// `FAWN_MAX_CONCURRENT_RUNS`, else `N_JOBS_PER_WORKER`, overrides
+/// `queue.max_concurrent_runs` (an empty value counts as unset).
+fn apply_concurrency_env(opts: &LoadOptions, app: &mut AppConfig, report: &mut Report) {
+    let Some((name, raw)) = QueueSettings::ENV_VARS.iter().find_map(|name| {
+        opts.var(name)
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| (*name, v))
+    }) else {
+        return;
+    };
+    let max = QueueSettings::MAX_CONCURRENT_RUNS;
+    match raw.trim().parse::<u64>() {
+        Ok(n) if (1..=max).contains(&n) => app.queue.max_concurrent_runs = Some(n),
+        _ => report.error(
+            name,
+            format!(
+                "must be a whole number between 1 and {max}, got {:?}",
+                raw.trim()
+            ),
+        ),
+    }
 }
 
 /// The keys serde knows for a type whose unknown keys go to a flattened `extra` map: its
@@ -517,6 +541,7 @@ fn parse_app(
                 | "run_events"
                 | "metrics"
                 | "log"
+                | "queue"
         );
         if !known {
             if IGNORED_DEERFLOW_SECTIONS.contains(&key.as_str()) {
@@ -644,6 +669,19 @@ fn parse_app(
                 }
             }
             "log" => app.log = parse_section(&path, value, r),
+            "queue" => {
+                let q: QueueSettings = parse_section(&path, value, r);
+                match q.max_concurrent_runs {
+                    Some(n) if !(1..=QueueSettings::MAX_CONCURRENT_RUNS).contains(&n) => r.error(
+                        keypath::key(&path, "max_concurrent_runs"),
+                        format!(
+                            "must be between 1 and {}, got {n}",
+                            QueueSettings::MAX_CONCURRENT_RUNS
+                        ),
+                    ),
+                    _ => app.queue = q,
+                }
+            }
             "input_polish" => {
                 let p: InputPolishConfig = parse_section(&path, value, r);
                 if p.max_chars >= 1 {

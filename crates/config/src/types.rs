@@ -44,6 +44,8 @@ pub struct AppConfig {
     pub metrics: MetricsConfig,
     /// Fawn's own: how log lines are written.
     pub log: LogConfig,
+    /// Fawn's own: how many runs this node executes at once.
+    pub queue: QueueSettings,
 }
 
 impl Default for AppConfig {
@@ -79,6 +81,7 @@ impl Default for AppConfig {
             run_events: RunEventsConfig::default(),
             metrics: MetricsConfig::default(),
             log: LogConfig::default(),
+            queue: QueueSettings::default(),
         }
     }
 }
@@ -655,6 +658,25 @@ pub const MIN_METRICS_TOKEN_LEN: usize = 16;
 #[serde(default)]
 pub struct LogConfig {
     pub format: LogFormat,
+}
+
+/// `queue:` (Fawn's own). `max_concurrent_runs` caps the runs this node executes at once
+/// (a run waiting on a model holds a slot); past it, new runs wait `pending` in the
+/// database queue until a slot frees here or another node claims them. `None` (the
+/// default) lets the runtime size it from the memory it may use. The environment overrides
+/// it: `FAWN_MAX_CONCURRENT_RUNS`, else `N_JOBS_PER_WORKER` (the official LangGraph
+/// server's name).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct QueueSettings {
+    pub max_concurrent_runs: Option<u64>,
+}
+
+impl QueueSettings {
+    /// The largest `max_concurrent_runs` accepted.
+    pub const MAX_CONCURRENT_RUNS: u64 = 1_000_000;
+    /// The environment variables that set `max_concurrent_runs`, the first set one wins.
+    pub const ENV_VARS: [&'static str; 2] = ["FAWN_MAX_CONCURRENT_RUNS", "N_JOBS_PER_WORKER"];
 }
 
 /// How log lines are written.

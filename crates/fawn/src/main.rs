@@ -373,8 +373,42 @@ fn runtime(workers: Option<u16>) -> anyhow::Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
+/// Raises the soft limit on open files to the hard limit: each streaming run holds one
+/// socket to its client and one to its model, so the usual soft limit of 1024 would cap a
+/// node at a few hundred runs. Logs what it did (or why not).
+fn raise_fd_limit() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let show = |v: Option<u64>| v.map_or_else(|| "unlimited".to_string(), |n| n.to_string());
+    if limit.current == limit.maximum {
+        tracing::info!(
+            open_files = %show(limit.current),
+            "open file limit (soft = hard)"
+        );
+        return;
+    }
+    let raised = Rlimit {
+        current: limit.maximum,
+        maximum: limit.maximum,
+    };
+    match setrlimit(Resource::Nofile, raised) {
+        Ok(()) => tracing::info!(
+            from = %show(limit.current),
+            to = %show(limit.maximum),
+            "raised the open file limit to its hard limit"
+        ),
+        Err(e) => tracing::warn!(
+            soft = %show(limit.current),
+            hard = %show(limit.maximum),
+            error = %e,
+            "could not raise the open file limit; concurrent streams are capped by it"
+        ),
+    }
+}
+
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let settings = load_settings(args.config.clone(), args.strict)?;
+    raise_fd_limit();
     let tracing_config =
         fawn_telemetry::trace::export::TraceConfig::from_env().map_err(|errors| {
             let lines: Vec<String> = errors.iter().map(|e| format!("  tracing: {e}")).collect();

@@ -90,6 +90,9 @@ pub struct QueueConfig {
     /// released for another worker.
     pub drain: Duration,
     pub max_attempts: u32,
+    /// Runs executing here at once (`queue.max_concurrent_runs`, `FAWN_MAX_CONCURRENT_RUNS`,
+    /// `N_JOBS_PER_WORKER`; default [`default_max_concurrent_runs`]). Past it, runs wait
+    /// `pending` in the database queue.
     pub max_concurrent_runs: usize,
     pub poll_interval: Duration,
     pub shutdown_grace: Duration,
@@ -106,11 +109,49 @@ impl Default for QueueConfig {
             // `fawn serve` lets runs finish for 10 s; embedded and test servers release at once.
             drain: Duration::ZERO,
             max_attempts: 3,
-            max_concurrent_runs: 256,
+            max_concurrent_runs: default_max_concurrent_runs(),
             poll_interval: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(10),
             relay_poll: crate::bus::postgres::FALLBACK_POLL,
         }
+    }
+}
+
+/// Memory budgeted per concurrent run by [`default_max_concurrent_runs`].
+pub const MEMORY_PER_RUN: u64 = 1024 * 1024;
+/// Bounds of [`default_max_concurrent_runs`].
+pub const DEFAULT_MAX_CONCURRENT_RUNS: (usize, usize) = (1024, 16_384);
+/// What [`default_max_concurrent_runs`] assumes when the memory cannot be read.
+const FALLBACK_MAX_CONCURRENT_RUNS: usize = 4096;
+
+/// The default cap on runs executing at once: runs mostly wait on a model (I/O), so the cap
+/// follows memory rather than cores — one run per [`MEMORY_PER_RUN`] of the memory this
+/// process may use (the cgroup's `memory.max` when it is set, else the machine's
+/// `MemTotal`), within [`DEFAULT_MAX_CONCURRENT_RUNS`]; 4096 when neither can be read.
+pub fn default_max_concurrent_runs() -> usize {
+    let (low, high) = DEFAULT_MAX_CONCURRENT_RUNS;
+    match memory_limit_bytes() {
+        Some(bytes) => usize::try_from(bytes / MEMORY_PER_RUN)
+            .unwrap_or(high)
+            .clamp(low, high),
+        None => FALLBACK_MAX_CONCURRENT_RUNS,
+    }
+}
+
+/// The memory this process may use: the cgroup v2 limit when there is one, else `MemTotal`.
+fn memory_limit_bytes() -> Option<u64> {
+    let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+    });
+    let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match (cgroup, total) {
+        (Some(c), Some(t)) => Some(c.min(t)),
+        (c, t) => c.or(t),
     }
 }
 
@@ -173,6 +214,11 @@ impl Queue {
 
     pub fn active_count(&self) -> usize {
         lock(&self.active).len()
+    }
+
+    /// How many more runs this node would start now (free slots of `max_concurrent_runs`).
+    pub fn available(&self) -> usize {
+        self.permits.available_permits()
     }
 
     /// Aborts every task without touching the database (a simulated crash).

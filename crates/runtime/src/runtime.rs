@@ -274,13 +274,22 @@ impl Runtime {
             .unwrap_or(matches!(backend, BackendConfig::Sqlite { .. }));
         let webhooks =
             WebhookClients::new().map_err(|e| BuildError::Other(format!("webhook client: {e}")))?;
+        // `queue.max_concurrent_runs` (or its environment variables) overrides the default.
+        let mut queue_config = options.queue.clone();
+        if let Some(n) = settings.app.queue.max_concurrent_runs {
+            queue_config.max_concurrent_runs = usize::try_from(n).unwrap_or(usize::MAX);
+        }
+        tracing::info!(
+            max_concurrent_runs = queue_config.max_concurrent_runs,
+            "runs beyond this many at once wait in the queue"
+        );
         let rt = Arc::new(Runtime {
             settings,
             store,
             graphs,
             models,
             broker: Broker::new(options.broker.clone()),
-            queue: Queue::new(options.queue.clone()),
+            queue: Queue::new(queue_config),
             webhooks,
             webhook_policy: options.webhook_policy.clone(),
             demo,

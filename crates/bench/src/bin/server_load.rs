@@ -55,7 +55,18 @@
 //! observability), runs the DeerFlow-shaped loads on each, alternating, and prints each
 //! target's server CPU per run over the plain Fawn's.
 //!
+//! `--streams N` holds N streaming runs open at once against a slowly streaming mock (a
+//! word every `--chunk-ms`, 100, for `--stream-secs`, 10) and reports errors, the server's
+//! peak RSS and CPU, and first-event and chunk-delay percentiles (see `streams.rs`):
+//!
+//! ```text
+//! target/release/server_load --streams 10000
+//! ```
+//!
 //! SIGINT or SIGTERM stops the benchmark together with the servers and the mock it started.
+
+#[path = "server_load/streams.rs"]
+mod streams;
 
 use anyhow::{Context, Result, bail};
 use futures::StreamExt;
@@ -1369,7 +1380,8 @@ usage: server_load [--quick] [--sqlite-only | --pg-only] [--only MODE:C:RUNS]...
        server_load --target [NAME=]URL[@PID]... [--target-pid PID] [--assistant [NAME=]ID]...
                    [--workload minimal|deerflow] [--only MODE:C:RUNS]... [--rounds N] [--warmup N] [--runs N]
        server_load --versus-official [--official-script PATH] [--rounds N] [--warmup N] [--runs N] [--only MODE:C:RUNS]...
-       server_load --tracing-cost [--base-fawn PATH] [--rounds N] [--warmup N] [--runs N] [--only MODE:C:RUNS]...";
+       server_load --tracing-cost [--base-fawn PATH] [--rounds N] [--warmup N] [--runs N] [--only MODE:C:RUNS]...
+       server_load --streams N [--stream-secs 10] [--chunk-ms 100] [--ramp-secs S] [--hold-secs S]";
 
 /// `[NAME=]URL[@PID]`.
 fn parse_target(spec: &str, index: usize) -> Result<(String, String, Option<u32>)> {
@@ -1406,6 +1418,11 @@ struct Args {
     official_script: Option<PathBuf>,
     tracing_cost: bool,
     base_fawn: Option<PathBuf>,
+    streams: Option<usize>,
+    stream_secs: Option<f64>,
+    chunk_ms: Option<u64>,
+    ramp_secs: Option<f64>,
+    hold_secs: Option<f64>,
 }
 
 fn parse_args(args: &[String]) -> Result<Args> {
@@ -1433,6 +1450,11 @@ fn parse_args(args: &[String]) -> Result<Args> {
             "--warmup" => a.warmup = Some(value()?.parse().context("--warmup")?),
             "--runs" => a.runs = Some(value()?.parse().context("--runs")?),
             "--official-script" => a.official_script = Some(value()?.into()),
+            "--streams" => a.streams = Some(value()?.parse().context("--streams")?),
+            "--stream-secs" => a.stream_secs = Some(value()?.parse().context("--stream-secs")?),
+            "--chunk-ms" => a.chunk_ms = Some(value()?.parse().context("--chunk-ms")?),
+            "--ramp-secs" => a.ramp_secs = Some(value()?.parse().context("--ramp-secs")?),
+            "--hold-secs" => a.hold_secs = Some(value()?.parse().context("--hold-secs")?),
             "-h" | "--help" => {
                 println!(
                     "{USAGE}\n\nServers driven with --target answer through a mock LLM started as\n  \
@@ -1490,6 +1512,26 @@ fn targets_of(a: &Args) -> Result<Vec<Target>> {
 async fn run() -> Result<()> {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let a = parse_args(&argv)?;
+    if let Some(n) = a.streams {
+        if n == 0 {
+            bail!("--streams wants at least 1");
+        }
+        return streams::run(streams::StreamPlan {
+            streams: n,
+            stream_secs: a.stream_secs.unwrap_or(10.0).max(0.1),
+            chunk_ms: a.chunk_ms.unwrap_or(100).max(1),
+            ramp_secs: a.ramp_secs,
+            hold_secs: a.hold_secs,
+        })
+        .await;
+    }
+    if a.stream_secs.is_some()
+        || a.chunk_ms.is_some()
+        || a.ramp_secs.is_some()
+        || a.hold_secs.is_some()
+    {
+        bail!("--stream-secs, --chunk-ms, --ramp-secs and --hold-secs go with --streams\n{USAGE}");
+    }
     let side_by_side = a.versus || a.tracing_cost || !a.targets.is_empty();
     if a.versus && !a.targets.is_empty() {
         bail!("--versus-official starts its own servers: drop --target");

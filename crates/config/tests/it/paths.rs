@@ -254,3 +254,50 @@ fn long_comment_blocks_under_a_key_load() {
     assert_eq!(l.settings.app.models[0].name, "kept");
     assert_eq!(l.settings.app.tools.len(), 1);
 }
+
+#[test]
+fn concurrency_comes_from_the_queue_section_or_the_environment() {
+    let limit = |l: fawn_config::Loaded| l.settings.app.queue.max_concurrent_runs;
+    // Unset: the runtime sizes it.
+    assert_eq!(limit(crate::load_with("", None, &[]).unwrap()), None);
+    let yaml = "queue:\n  max_concurrent_runs: 64\n";
+    assert_eq!(limit(crate::load_with(yaml, None, &[]).unwrap()), Some(64));
+    // The official server's name overrides the file; Fawn's own name overrides both.
+    let official = [("N_JOBS_PER_WORKER", "500")];
+    assert_eq!(
+        limit(crate::load_with(yaml, None, &official).unwrap()),
+        Some(500)
+    );
+    let both = [
+        ("N_JOBS_PER_WORKER", "500"),
+        ("FAWN_MAX_CONCURRENT_RUNS", "7"),
+    ];
+    assert_eq!(limit(crate::load_with(yaml, None, &both).unwrap()), Some(7));
+    // An empty value counts as unset.
+    let empty = [
+        ("FAWN_MAX_CONCURRENT_RUNS", " "),
+        ("N_JOBS_PER_WORKER", "9"),
+    ];
+    assert_eq!(limit(crate::load_with("", None, &empty).unwrap()), Some(9));
+    // Nonsense is an error naming where it came from.
+    assert_eq!(
+        crate::error_lines(crate::load_with("", None, &[("N_JOBS_PER_WORKER", "lots")])),
+        ["N_JOBS_PER_WORKER: must be a whole number between 1 and 1000000, got \"lots\""]
+    );
+    assert_eq!(
+        crate::error_lines(crate::load_with(
+            "",
+            None,
+            &[("FAWN_MAX_CONCURRENT_RUNS", "0")]
+        )),
+        ["FAWN_MAX_CONCURRENT_RUNS: must be a whole number between 1 and 1000000, got \"0\""]
+    );
+    assert_eq!(
+        crate::error_lines(crate::load_with(
+            "queue:\n  max_concurrent_runs: 0\n",
+            None,
+            &[]
+        )),
+        ["queue.max_concurrent_runs: must be between 1 and 1000000, got 0"]
+    );
+}

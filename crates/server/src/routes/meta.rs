@@ -20,8 +20,23 @@ fn demo_json(app: &AppState) -> Value {
     }
 }
 
+/// `GET /ok`: always 200 while the process serves (what load balancers check). Its body
+/// also says how full this node is: `runs.available` is 0 when new runs would wait in the
+/// queue instead of starting here (`full`).
 pub async fn ok(State(app): State<AppState>) -> Response {
-    json_ok(&json!({"ok": true, "services": {}, "demo_model": app.demo.is_some()}))
+    let max = app.queue.cfg.max_concurrent_runs;
+    let available = app.queue.available();
+    json_ok(&json!({
+        "ok": true,
+        "services": {},
+        "demo_model": app.demo.is_some(),
+        "runs": {
+            "max_concurrent": max,
+            "executing": app.queue.active_count(),
+            "available": available,
+            "full": available == 0,
+        },
+    }))
 }
 
 pub async fn info(State(app): State<AppState>) -> Response {
@@ -104,6 +119,7 @@ pub async fn metrics(State(app): State<AppState>, query: Query) -> Response {
     m.db_pool_waiting.set(i64::from(pool.waiting));
     let max = app.queue.cfg.max_concurrent_runs;
     let active = app.queue.active_count();
+    let available = app.queue.available();
     m.runs_executing_max
         .set(i64::try_from(max).unwrap_or(i64::MAX));
     if query.get("format") == Some("json") {
@@ -122,7 +138,7 @@ pub async fn metrics(State(app): State<AppState>, query: Query) -> Response {
             );
             o.insert(
                 "workers".into(),
-                json!({"max": max, "active": active, "available": max.saturating_sub(active)}),
+                json!({"max": max, "active": active, "available": available}),
             );
             o.insert(
                 app.store.backend().into(),

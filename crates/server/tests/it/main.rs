@@ -28,6 +28,7 @@ mod access;
 mod assistants_store;
 mod auth;
 mod bad_input;
+mod capacity;
 mod crons;
 mod deerflow_e2e;
 mod gateway;
