@@ -137,7 +137,8 @@ pub fn drop_hidden_messages(values: &mut Value) {
 /// when there is nothing to drop, so the bytes go out as they are. Every `values` event of
 /// a lead-agent run carries a hidden reminder, so this is on the streaming path: the values
 /// are not parsed into a tree and written again. One pass finds the top-level `messages`
-/// array and each message's bytes (borrowed [`RawValue`]s); only a message whose bytes
+/// array and each message's bytes (borrowed [`RawValue`]s), up to the last marker in the
+/// bytes (the rest is not read: the reminder is a thread's first message); only a message whose bytes
 /// contain the marker is parsed (and judged by [`is_hidden_message`]), and the hidden ones
 /// are cut out of the original bytes, separators included.
 ///
@@ -151,16 +152,13 @@ pub fn without_hidden_messages(data: &[u8]) -> Option<bytes::Bytes> {
     if !has_marker(data) {
         return None;
     }
-    #[derive(serde::Deserialize)]
-    struct Values<'a> {
-        #[serde(borrow)]
-        messages: Vec<&'a serde_json::value::RawValue>,
-    }
-    let values: Values<'_> = serde_json::from_slice(data).ok()?;
+    // Nothing after the last marker can be hidden: the messages are read up to the first
+    // one that starts past it, and the rest of the bytes are not parsed.
+    let until = FINDER.find_iter(data).last().unwrap_or(0);
+    let messages = leading_messages(data, until)?;
     // The byte range of each message within `data` (the raw values borrow from it).
     let base = data.as_ptr() as usize;
-    let ranges: Vec<(usize, usize)> = values
-        .messages
+    let ranges: Vec<(usize, usize)> = messages
         .iter()
         .map(|m| {
             let start = (m.get().as_ptr() as usize).wrapping_sub(base);
@@ -170,8 +168,7 @@ pub fn without_hidden_messages(data: &[u8]) -> Option<bytes::Bytes> {
     if ranges.iter().any(|&(_, end)| end > data.len()) {
         return None;
     }
-    let hidden: Vec<bool> = values
-        .messages
+    let hidden: Vec<bool> = messages
         .iter()
         .map(|m| {
             has_marker(m.get().as_bytes())
@@ -209,6 +206,112 @@ pub fn without_hidden_messages(data: &[u8]) -> Option<bytes::Bytes> {
     }
     out.extend_from_slice(&data[at..]);
     Some(bytes::Bytes::from(out))
+}
+
+/// The messages of serialized values (their top-level `messages` array) as borrowed raw
+/// values, in order, up to and including the first one that starts past byte `until`; the
+/// rest of the document is not read. `None` when `data` is not an object with a `messages`
+/// array (as far as it was read).
+fn leading_messages(data: &[u8], until: usize) -> Option<Vec<&serde_json::value::RawValue>> {
+    use serde::de::{DeserializeSeed, Error, IgnoredAny, MapAccess, SeqAccess, Visitor};
+    use serde_json::value::RawValue;
+    use std::fmt;
+
+    struct Doc<'a, 'o> {
+        base: usize,
+        until: usize,
+        out: &'o mut Option<Vec<&'a RawValue>>,
+    }
+    struct Messages<'a, 'o> {
+        base: usize,
+        until: usize,
+        out: &'o mut Vec<&'a RawValue>,
+    }
+    struct IsMessages(bool);
+    impl<'de> serde::Deserialize<'de> for IsMessages {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl Visitor<'_> for V {
+                type Value = IsMessages;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a key")
+                }
+                fn visit_str<E: Error>(self, v: &str) -> Result<IsMessages, E> {
+                    Ok(IsMessages(v == "messages"))
+                }
+            }
+            d.deserialize_str(V)
+        }
+    }
+    /// Raised to stop reading once the wanted part is read; not a parse error.
+    const DONE: &str = "fawn: read enough";
+
+    impl<'de: 'a, 'a> DeserializeSeed<'de> for Messages<'a, '_> {
+        type Value = ();
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_seq(self)
+        }
+    }
+    impl<'de: 'a, 'a> Visitor<'de> for Messages<'a, '_> {
+        type Value = ();
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an array of messages")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            while let Some(m) = seq.next_element::<&'de RawValue>()? {
+                let start = (m.get().as_ptr() as usize).wrapping_sub(self.base);
+                self.out.push(m);
+                if start > self.until {
+                    return Err(A::Error::custom(DONE));
+                }
+            }
+            Ok(())
+        }
+    }
+    impl<'de: 'a, 'a> DeserializeSeed<'de> for Doc<'a, '_> {
+        type Value = ();
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+    impl<'de: 'a, 'a> Visitor<'de> for Doc<'a, '_> {
+        type Value = ();
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("thread values")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(IsMessages(is)) = map.next_key()? {
+                if is && self.out.is_none() {
+                    let mut out = Vec::new();
+                    let read = map.next_value_seed(Messages {
+                        base: self.base,
+                        until: self.until,
+                        out: &mut out,
+                    });
+                    *self.out = Some(out);
+                    read?;
+                    // Nothing else in the document matters.
+                    return Err(A::Error::custom(DONE));
+                }
+                map.next_value::<IgnoredAny>()?;
+            }
+            Ok(())
+        }
+    }
+
+    let mut out = None;
+    let doc = Doc {
+        base: data.as_ptr() as usize,
+        until,
+        out: &mut out,
+    };
+    let mut de = serde_json::Deserializer::from_slice(data);
+    match doc.deserialize(&mut de) {
+        Ok(()) => {}
+        Err(e) if e.to_string().starts_with(DONE) => {}
+        Err(_) => return None,
+    }
+    out
 }
 
 /// What [`is_hidden_message`] reads of a message, and nothing else (a reminder's text is
