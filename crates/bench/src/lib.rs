@@ -46,3 +46,36 @@ pub fn free_port() -> Result<u16> {
         .local_addr()?
         .port())
 }
+
+/// Starts `fawn-mock-llm` (built beside the benchmark) on a free port with `args` after
+/// `--port 0`, and returns it with the base URL it prints on its first line.
+pub fn start_mock_llm<I, S>(args: I) -> Result<(Child, String)>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    use std::io::{BufRead, BufReader};
+    let mut child = std::process::Command::new(bin("fawn-mock-llm")?)
+        .args(["--port", "0"])
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .context("starting fawn-mock-llm")?;
+    let Some(out) = child.stdout.take() else {
+        let _ = child.kill();
+        bail!("the mock's stdout was not captured");
+    };
+    let mut line = String::new();
+    if let Err(e) = BufReader::new(out).read_line(&mut line) {
+        let _ = child.kill();
+        return Err(e).context("reading the mock's URL");
+    }
+    match line.split_whitespace().last() {
+        Some(url) => Ok((child, url.to_string())),
+        None => {
+            let _ = child.kill();
+            bail!("the mock did not print its URL")
+        }
+    }
+}

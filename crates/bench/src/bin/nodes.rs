@@ -23,26 +23,12 @@ use anyhow::{Context, Result, bail};
 use fawn_bench::{Proc, bin, cpu_ms, free_port};
 use futures::StreamExt;
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn start_mock() -> Result<(Proc, String)> {
-    let mut child = Command::new(bin("fawn-mock-llm")?)
-        .args(["--port", "0", "--mode", "directives"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting fawn-mock-llm")?;
-    let out = child.stdout.take().context("mock stdout")?;
-    let mut line = String::new();
-    BufReader::new(out).read_line(&mut line)?;
-    let url = line
-        .split_whitespace()
-        .last()
-        .context("mock did not print its URL")?
-        .to_string();
+    let (child, url) = fawn_bench::start_mock_llm(["--mode", "directives"])?;
     Ok((Proc(child), url))
 }
 

@@ -72,7 +72,6 @@ use anyhow::{Context, Result, bail};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -158,21 +157,7 @@ fn mock_args_for_shell() -> String {
 }
 
 fn start_mock() -> Result<(Proc, String)> {
-    let mut child = Command::new(bin("fawn-mock-llm")?)
-        .args(["--port", "0"])
-        .args(MOCK_ARGS)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting fawn-mock-llm")?;
-    let out = child.stdout.take().context("mock stdout")?;
-    let mut line = String::new();
-    BufReader::new(out).read_line(&mut line)?;
-    let url = line
-        .split_whitespace()
-        .last()
-        .context("mock did not print its URL")?
-        .to_string();
+    let (child, url) = fawn_bench::start_mock_llm(MOCK_ARGS)?;
     Ok((Proc { child }, url))
 }
 

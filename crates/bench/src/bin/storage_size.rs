@@ -25,7 +25,6 @@ use anyhow::{Context, Result, bail};
 use fawn_bench::{Proc, bin, free_port};
 use serde_json::{Value, json};
 use sqlx::{Connection, Row, SqliteConnection};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -84,25 +83,16 @@ fn parse_args() -> Result<Options> {
 }
 
 fn start_mock() -> Result<(Proc, String)> {
-    let mut child = Command::new(bin("fawn-mock-llm")?)
-        .args(["--port", "0", "--mode", "rules", "--tool", "present_files"])
-        .args([
-            "--tool-args",
-            r#"{"filepaths": ["/mnt/user-data/outputs/report.md"]}"#,
-        ])
-        .args(["--after-tool", "Done: the report is ready."])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting fawn-mock-llm")?;
-    let out = child.stdout.take().context("mock stdout")?;
-    let mut line = String::new();
-    BufReader::new(out).read_line(&mut line)?;
-    let url = line
-        .split_whitespace()
-        .last()
-        .context("mock did not print its URL")?
-        .to_string();
+    let (child, url) = fawn_bench::start_mock_llm([
+        "--mode",
+        "rules",
+        "--tool",
+        "present_files",
+        "--tool-args",
+        r#"{"filepaths": ["/mnt/user-data/outputs/report.md"]}"#,
+        "--after-tool",
+        "Done: the report is ready.",
+    ])?;
     Ok((Proc(child), url))
 }
 

@@ -14,12 +14,10 @@
 //! minus the mock's interval, all as percentiles. The mock's and this client's CPU are
 //! printed too: on a small machine they share the cores with the server.
 
-use super::{Proc, Workload, bin, cpu_ms, pct, rss_mb, start_server_with, stop_server};
+use super::{Proc, Workload, cpu_ms, pct, rss_mb, start_server_with, stop_server};
 use anyhow::{Context, Result, bail};
 use futures::StreamExt;
 use serde_json::json;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -77,21 +75,9 @@ fn raise_fd_limit(streams: usize) -> Result<u64> {
 }
 
 fn start_slow_mock(chunk_ms: u64) -> Result<(Proc, String)> {
-    let mut child = Command::new(bin("fawn-mock-llm")?)
-        .args(["--port", "0", "--mode", "echo", "--chunk-delay-ms"])
-        .arg(chunk_ms.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting fawn-mock-llm")?;
-    let out = child.stdout.take().context("mock stdout")?;
-    let mut line = String::new();
-    BufReader::new(out).read_line(&mut line)?;
-    let url = line
-        .split_whitespace()
-        .last()
-        .context("mock did not print its URL")?
-        .to_string();
+    let chunk_ms = chunk_ms.to_string();
+    let (child, url) =
+        fawn_bench::start_mock_llm(["--mode", "echo", "--chunk-delay-ms", chunk_ms.as_str()])?;
     Ok((Proc { child }, url))
 }
 
