@@ -79,3 +79,19 @@ where
         }
     }
 }
+
+/// Creates a thread on the LangGraph server at `url` and returns its id.
+pub async fn create_thread(client: &reqwest::Client, url: &str) -> Result<String> {
+    let t: serde_json::Value = client
+        .post(format!("{url}/threads"))
+        .json(&serde_json::json!({}))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    Ok(t["thread_id"]
+        .as_str()
+        .context("the server answered no thread id")?
+        .to_string())
+}

@@ -69,6 +69,7 @@
 mod streams;
 
 use anyhow::{Context, Result, bail};
+use fawn_bench::create_thread;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -585,18 +586,6 @@ fn run_body(assistant: &str) -> Value {
     json!({"assistant_id": assistant,
         "input": {"messages": [{"role": "user", "content": "write the report"}]},
         "stream_mode": ["values", "messages-tuple"]})
-}
-
-async fn create_thread(client: &reqwest::Client, url: &str) -> Result<String> {
-    let t: Value = client
-        .post(format!("{url}/threads"))
-        .json(&json!({}))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
-    Ok(t["thread_id"].as_str().context("thread id")?.to_string())
 }
 
 async fn one_iteration(client: &reqwest::Client, target: &Target, mode: Mode) -> Result<Sample> {

@@ -22,7 +22,7 @@
 //! `--fawn PATH` measures another `fawn` binary (e.g. a build of an earlier commit).
 
 use anyhow::{Context, Result, bail};
-use fawn_bench::{Proc, bin, free_port};
+use fawn_bench::{Proc, bin, create_thread, free_port};
 use serde_json::{Value, json};
 use sqlx::{Connection, Row, SqliteConnection};
 use std::path::{Path, PathBuf};
@@ -192,18 +192,6 @@ fn user_message(turn: usize) -> String {
     }
     s.truncate(1024);
     s
-}
-
-async fn create_thread(client: &reqwest::Client, url: &str) -> Result<String> {
-    let t: Value = client
-        .post(format!("{url}/threads"))
-        .json(&json!({}))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
-    Ok(t["thread_id"].as_str().context("thread id")?.to_string())
 }
 
 /// One turn; returns the thread's values after it.

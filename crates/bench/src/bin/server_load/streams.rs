@@ -99,15 +99,8 @@ async fn one_stream(
     open: &AtomicUsize,
     peak: &AtomicUsize,
 ) -> Result<RunSample> {
-    let t: serde_json::Value = client
-        .post(format!("{url}/threads"))
-        .json(&json!({}))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
-    let tid = t["thread_id"].as_str().context("thread id")?;
+    let tid = fawn_bench::create_thread(client, url).await?;
+    let tid = tid.as_str();
     let body = json!({"assistant_id": "lead_agent",
         "input": {"messages": [{"role": "user", "content": input}]},
         "stream_mode": ["messages-tuple"]});
