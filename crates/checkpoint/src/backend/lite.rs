@@ -26,7 +26,7 @@ use rusqlite::{Connection, ErrorCode, OpenFlags};
 use serde_json::Value;
 use std::collections::VecDeque;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard, watch};
@@ -104,6 +104,9 @@ struct Group {
 struct Shared {
     /// Tasks queued for the writer (a finishing member hands over only when this is > 0).
     waiting: AtomicUsize,
+    /// How many times the writer has been taken: a task queued behind others keeps waiting
+    /// for as long as this moves (see [`lock_writer`]).
+    taken: AtomicU64,
     /// The highest group id that has finished (committed or failed).
     finished: watch::Sender<u64>,
     /// Recently failed groups and why.
@@ -178,6 +181,7 @@ impl Lite {
             })),
             shared: Arc::new(Shared {
                 waiting: AtomicUsize::new(0),
+                taken: AtomicU64::new(0),
                 finished: watch::channel(0).0,
                 failures: Mutex::new(VecDeque::new()),
                 changes: std::sync::atomic::AtomicU64::new(0),
@@ -463,19 +467,37 @@ impl Lite {
     }
 }
 
+/// Waits for the writer, in turn (the queue is first come, first served). A long queue
+/// that moves is not a failure: under a burst of thousands of runs a write may wait longer
+/// than `acquire_timeout` behind the others, and failing it would fail a run that was only
+/// slow. The wait fails when the writer has not changed hands for `acquire_timeout` (a
+/// transaction that holds it and does not finish: a stuck disk, a leaked transaction).
 async fn lock_writer(
     writer: &Arc<AsyncMutex<Writer>>,
     shared: &Shared,
     acquire_timeout: Duration,
 ) -> DbResult<OwnedMutexGuard<Writer>> {
     let waiting = Waiting::new(&shared.waiting);
-    let guard = tokio::time::timeout(acquire_timeout, writer.clone().lock_owned())
-        .await
-        .map_err(|_| {
-            DbErr::Store(crate::StoreError::Database(
-                "timed out waiting for the database writer".to_string(),
-            ))
-        })?;
+    let lock = writer.clone().lock_owned();
+    tokio::pin!(lock);
+    let mut seen = shared.taken.load(Ordering::Relaxed);
+    let guard = loop {
+        match tokio::time::timeout(acquire_timeout, lock.as_mut()).await {
+            Ok(guard) => break guard,
+            Err(_) => {
+                let now = shared.taken.load(Ordering::Relaxed);
+                if now == seen {
+                    return Err(DbErr::Store(crate::StoreError::Database(format!(
+                        "timed out waiting for the database writer (held for over {} ms \
+                         without being released)",
+                        acquire_timeout.as_millis()
+                    ))));
+                }
+                seen = now;
+            }
+        }
+    };
+    shared.taken.fetch_add(1, Ordering::Relaxed);
     drop(waiting);
     if guard.conn.is_none() {
         return Err(closed());
@@ -936,6 +958,67 @@ mod tests {
             .opt_int("n")
             .unwrap()
             .unwrap()
+    }
+
+    /// Returns once `n` tasks are queued for the writer.
+    async fn queued(lite: &Lite, n: usize) {
+        while lite.shared.waiting.load(Ordering::SeqCst) < n {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// A write queued behind others that each hold the writer for a while waits longer
+    /// than the acquire timeout (1 s here) in all, and succeeds: the queue moved. (Virtual
+    /// time: the holders' 600 ms are the paused clock's, not the machine's.)
+    #[tokio::test(start_paused = true)]
+    async fn a_write_behind_a_moving_queue_outwaits_the_acquire_timeout() {
+        let (_dir, lite, a) = writer_holding_a(true).await;
+        let hold = Duration::from_millis(600);
+        let mut holders = Vec::new();
+        for n in 1..=3 {
+            let l = lite.clone();
+            holders.push(tokio::spawn(async move {
+                let tx = l.begin(true).await?;
+                tokio::time::sleep(hold).await;
+                tx.commit().await
+            }));
+            queued(&lite, n).await;
+        }
+        let started = tokio::time::Instant::now();
+        let w = tokio::spawn({
+            let l = lite.clone();
+            async move { l.write(insert("w")).await }
+        });
+        queued(&lite, 4).await;
+        tokio::time::sleep(hold).await;
+        a.commit().await.unwrap();
+        for h in holders {
+            h.await.unwrap().unwrap();
+        }
+        w.await.unwrap().unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(2400));
+        assert_eq!(count(&lite, "w"), 1);
+    }
+
+    /// A writer held without being released fails the writes queued behind it after the
+    /// acquire timeout, with a message that says so; the holder itself still commits.
+    #[tokio::test(start_paused = true)]
+    async fn a_write_behind_a_stuck_writer_times_out() {
+        let (_dir, lite, a) = writer_holding_a(true).await;
+        let started = tokio::time::Instant::now();
+        let b = queue_write_b(&lite).await;
+        match b.await.unwrap() {
+            Err(DbErr::Store(crate::StoreError::Database(m))) => assert_eq!(
+                m,
+                "timed out waiting for the database writer (held for over 1000 ms without \
+                 being released)"
+            ),
+            other => panic!("expected a timeout, got {:?}", other.map(|r| r.1)),
+        }
+        assert_eq!(started.elapsed(), Duration::from_secs(1));
+        a.commit().await.unwrap();
+        assert_eq!(count(&lite, "a"), 1);
+        assert_eq!(count(&lite, "b"), 0);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
