@@ -87,6 +87,9 @@ pub struct Observer {
     /// Journal rows the run produced besides its messages (subagent steps, workspace
     /// changes), in order; appended with the run's messages when it ends.
     journal: Mutex<Vec<fawn_checkpoint::NewRunEvent>>,
+    /// The metadata of the model call now streaming, serialized once for all its
+    /// `messages` chunks (which share it in the log, see [`RunLog::publish_pair`]).
+    chunk_meta: Mutex<Option<(Arc<JsonMap>, Bytes)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -158,6 +161,7 @@ impl Observer {
             rt,
             cancel,
             journal: Mutex::new(Vec::new()),
+            chunk_meta: Mutex::new(None),
         }
     }
 
@@ -430,6 +434,21 @@ impl RunObserver for Observer {
     }
 }
 
+impl Observer {
+    /// `metadata` as JSON, serialized once per model call: a call's chunks share one map.
+    fn chunk_meta_bytes(&self, metadata: &Arc<JsonMap>) -> Bytes {
+        let mut cached = lock(&self.chunk_meta);
+        if let Some((m, b)) = cached.as_ref()
+            && Arc::ptr_eq(m, metadata)
+        {
+            return b.clone();
+        }
+        let b = to_bytes(&**metadata);
+        *cached = Some((metadata.clone(), b.clone()));
+        b
+    }
+}
+
 impl EventSink for Observer {
     fn journal(&self, entry: fawn_state::JournalEntry) {
         lock(&self.journal).push(fawn_checkpoint::NewRunEvent {
@@ -455,8 +474,8 @@ impl EventSink for Observer {
             }
             StreamEvent::MessageChunk { chunk, metadata } => {
                 if m.messages_tuple {
-                    self.log
-                        .publish("messages", to_bytes(&(&chunk, &*metadata)));
+                    let meta = self.chunk_meta_bytes(&metadata);
+                    self.log.publish_pair("messages", to_bytes(&chunk), meta);
                 }
                 if m.messages {
                     let id = chunk.id.clone().unwrap_or_default();

@@ -138,15 +138,16 @@ struct RunStreamState {
 fn frame_events(events: &[Arc<Event>], include_ids: bool, hide: bool) -> Bytes {
     let size: usize = events
         .iter()
-        .map(|e| e.data.len() + e.name.len() + 32)
+        .map(|e| e.data_len() + e.name.len() + 32)
         .sum();
     let mut buf = Vec::with_capacity(size);
     for e in events {
-        let visible = visible_values(hide, e.base(), &e.data);
+        let data = e.data();
+        let visible = visible_values(hide, e.base(), &data);
         frame(
             &mut buf,
             &e.name,
-            visible.as_deref().unwrap_or(&e.data),
+            visible.as_deref().unwrap_or(&data),
             if include_ids { Some(e.id) } else { None },
         );
     }
@@ -269,11 +270,12 @@ fn thread_item_bytes(
         ThreadItem::Event(e) => {
             let is_meta = e.base() == "metadata";
             if modes.run_modes || (modes.lifecycle && is_meta) {
-                let visible = visible_values(hide, e.base(), &e.data);
+                let data = e.data();
+                let visible = visible_values(hide, e.base(), &data);
                 frame(
                     &mut buf,
                     &e.name,
-                    visible.as_deref().unwrap_or(&e.data),
+                    visible.as_deref().unwrap_or(&data),
                     Some(e.id),
                 );
             } else {

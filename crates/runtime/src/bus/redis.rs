@@ -143,7 +143,7 @@ async fn write_loop(
                         .arg("e")
                         .arg(&*ev.name)
                         .arg("d")
-                        .arg(ev.data.as_ref())
+                        .arg(&*ev.data())
                         .ignore();
                     if started.insert(run_id.clone()) {
                         pipe.cmd("EXPIRE").arg(&k).arg(TTL_LIVE_SECS).ignore();

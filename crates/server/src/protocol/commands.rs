@@ -666,7 +666,7 @@ fn subagents_of(app: &AppState, run: &Run) -> Vec<Value> {
     let mut order: Vec<String> = Vec::new();
     let mut status: Map<String, Value> = Map::new();
     for e in log.retained_after(None) {
-        let Ok(v) = serde_json::from_slice::<Value>(&e.data) else {
+        let Ok(v) = serde_json::from_slice::<Value>(&e.data()) else {
             continue;
         };
         match e.base() {

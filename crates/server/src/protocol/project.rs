@@ -204,7 +204,7 @@ impl Projector {
         let mut parts = event.name.split('|');
         let base = parts.next().unwrap_or_default();
         let ns: Vec<String> = parts.map(str::to_string).collect();
-        let data: Value = match serde_json::from_slice(&event.data) {
+        let data: Value = match serde_json::from_slice(&event.data()) {
             Ok(v) => v,
             Err(_) => return,
         };
@@ -955,11 +955,7 @@ mod tests {
     fn item(run: &Arc<FeedRun>, id: u64, name: &str, data: Value) -> FeedItem {
         FeedItem::Event {
             run: run.clone(),
-            event: Arc::new(Event {
-                id,
-                name: Arc::from(name),
-                data: Bytes::from(data.to_string()),
-            }),
+            event: Arc::new(Event::new(id, name, Bytes::from(data.to_string()))),
         }
     }
 
