@@ -11,14 +11,15 @@ SDK_JS := tests/sdk/js
 .PHONY: test deps lint fmt build release dist serve bench clean-data sdk-test sdk-bins fuzz nodes-test
 
 ## Everything CI checks: formatting, lints, unit + integration tests (SQLite and Postgres),
-## the SDK compatibility suites (real Python and JS LangGraph SDKs against `fawn serve`),
-## then the API fuzz run (schemathesis, bounded time, zero server errors).
+## then, side by side (each spawns its own servers on port 0), the SDK compatibility suites
+## (real Python and JS LangGraph SDKs against `fawn serve`), the multi-node suite and the API
+## fuzz run (schemathesis, bounded time, zero server errors). The fuzz run is bounded by time,
+## so running it beside the suites costs cases, not minutes; each suite's output is printed
+## in one piece when it ends.
 test: deps lint
 	$(CARGO) test --workspace --all-targets --locked
 	$(CARGO) test --workspace --doc --locked
-	$(MAKE) sdk-test
-	$(MAKE) nodes-test
-	$(MAKE) fuzz
+	$(MAKE) --no-print-directory --output-sync=target -j3 sdk-test nodes-test fuzz
 
 ## Three `fawn serve` on one Postgres behind a round-robin proxy, with and without the Redis
 ## event bus (Redis at TEST_REDIS_URL, default redis://127.0.0.1:6379), driven by the SDK.
