@@ -1,11 +1,11 @@
 //! The single normalisation of every run-creating request (thread runs, stateless runs,
-//! batch items, cron ticks): validation with 4xx details, graph-id → assistant mapping,
+//! batch items, cron ticks): validation into typed field errors, graph-id → assistant mapping,
 //! config/context merge, checkpoint forks, multitask strategy, then the atomic
 //! `RunStore::create_run` and the cancellation of in-flight runs it reports.
 
 use crate::error::{Result, RuntimeError};
 use crate::kwargs::{CheckpointTarget, Durability, OnDisconnect, RunConfig, RunKwargs};
-use crate::runtime::Rt;
+use crate::runtime::RuntimeHandle;
 use fawn_agent::Breakpoints;
 use fawn_checkpoint::{
     Assistant, CancelAction, JsonMap, MultitaskStrategy, NewRun, Run, StoreError,
@@ -13,8 +13,10 @@ use fawn_checkpoint::{
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-/// The `RunCreate` body. Fields are read leniently (`null` = absent) and validated by hand so
-/// that every problem gets a precise 422.
+/// A run as asked for: the LangGraph `RunCreate` shape, which is also what a cron stores as
+/// its payload (the scheduler here reads it back). Fields are read leniently (`null` =
+/// absent) and validated by hand, so that every problem is a [`RuntimeError::InvalidField`]
+/// naming its field.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub struct RunCreate {
@@ -109,9 +111,7 @@ fn object(field: &str, v: &Option<Value>) -> Result<JsonMap> {
     match present(v) {
         None => Ok(Map::new()),
         Some(Value::Object(m)) => Ok(m.clone()),
-        Some(_) => Err(RuntimeError::invalid(format!(
-            "Invalid request body at `{field}`: must be an object"
-        ))),
+        Some(_) => Err(RuntimeError::invalid_field(field, "must be an object")),
     }
 }
 
@@ -119,9 +119,7 @@ fn boolean(field: &str, v: &Option<Value>) -> Result<bool> {
     match present(v) {
         None => Ok(false),
         Some(Value::Bool(b)) => Ok(*b),
-        Some(_) => Err(RuntimeError::invalid(format!(
-            "Invalid request body at `{field}`: must be a boolean"
-        ))),
+        Some(_) => Err(RuntimeError::invalid_field(field, "must be a boolean")),
     }
 }
 
@@ -138,13 +136,12 @@ fn choice<'a>(
             .find(|a| **a == s.as_str())
             .copied()
             .ok_or_else(|| {
-                RuntimeError::invalid(format!(
-                    "Invalid request body at `{field}`: '{s}' is not one of {allowed:?}"
-                ))
+                RuntimeError::invalid_field(field, format!("'{s}' is not one of {allowed:?}"))
             }),
-        Some(_) => Err(RuntimeError::invalid(format!(
-            "Invalid request body at `{field}`: must be one of {allowed:?}"
-        ))),
+        Some(_) => Err(RuntimeError::invalid_field(
+            field,
+            format!("must be one of {allowed:?}"),
+        )),
     }
 }
 
@@ -158,8 +155,9 @@ pub fn stream_modes(v: &Option<Value>) -> Result<Vec<String>> {
     let mut out: Vec<String> = Vec::new();
     for item in items {
         let Some(s) = item.as_str() else {
-            return Err(RuntimeError::invalid(
-                "Invalid request body at `stream_mode`: must be a string or a list of strings",
+            return Err(RuntimeError::invalid_field(
+                "stream_mode",
+                "must be a string or a list of strings",
             ));
         };
         if !STREAM_MODES.contains(&s) {
@@ -187,9 +185,10 @@ fn breakpoints(field: &str, v: &Option<Value>) -> Result<Breakpoints> {
                 .map(str::to_string)
                 .collect(),
         )),
-        Some(_) => Err(RuntimeError::invalid(format!(
-            "Invalid request body at `{field}`: must be \"*\" or a list of node names"
-        ))),
+        Some(_) => Err(RuntimeError::invalid_field(
+            field,
+            "must be \"*\" or a list of node names",
+        )),
     }
 }
 
@@ -199,9 +198,7 @@ fn command(v: &Option<Value>) -> Result<Option<Value>> {
         return Ok(None);
     };
     let Value::Object(m) = v else {
-        return Err(RuntimeError::invalid(
-            "Invalid request body at `command`: must be an object",
-        ));
+        return Err(RuntimeError::invalid_field("command", "must be an object"));
     };
     let mut out = Map::new();
     if let Some(r) = m.get("resume").filter(|r| !r.is_null()) {
@@ -216,18 +213,17 @@ fn command(v: &Option<Value>) -> Result<Option<Value>> {
                         .is_some_and(|p| p.len() == 2 && p[0].is_string())
                 }) => {}
             _ => {
-                return Err(RuntimeError::invalid(
-                    "Invalid request body at `command.update`: must be an object or a list of [key, value] pairs",
+                return Err(RuntimeError::invalid_field(
+                    "command.update",
+                    "must be an object or a list of [key, value] pairs",
                 ));
             }
         }
         if let Value::Object(_) = u {
-            let update = fawn_state::StateUpdate::from_value(u.clone()).map_err(|e| {
-                RuntimeError::invalid(format!("Invalid request body at `command.update`: {e}"))
-            })?;
-            check_message_types(&update).map_err(|e| {
-                RuntimeError::invalid(format!("Invalid request body at `command.update`: {e}"))
-            })?;
+            let update = fawn_state::StateUpdate::from_value(u.clone())
+                .map_err(|e| RuntimeError::invalid_field("command.update", e.to_string()))?;
+            check_message_types(&update)
+                .map_err(|e| RuntimeError::invalid_field("command.update", e.to_string()))?;
         }
         out.insert("update".into(), u.clone());
     }
@@ -244,8 +240,9 @@ fn command(v: &Option<Value>) -> Result<Option<Value>> {
                     nodes.push(o["node"].clone())
                 }
                 _ => {
-                    return Err(RuntimeError::invalid(
-                        "Invalid request body at `command.goto`: must be a node name, a Send {node, input}, or a list of them",
+                    return Err(RuntimeError::invalid_field(
+                        "command.goto",
+                        "must be a node name, a Send {node, input}, or a list of them",
                     ));
                 }
             }
@@ -277,18 +274,17 @@ fn is_uuid(s: &str) -> bool {
 }
 
 /// Resolves `assistant_id` (a UUID or a graph id) to an assistant.
-pub async fn resolve_assistant(rt: &Rt, v: &Option<Value>) -> Result<Assistant> {
+pub async fn resolve_assistant(rt: &RuntimeHandle, v: &Option<Value>) -> Result<Assistant> {
     let id = match present(v) {
         Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_string(),
         Some(_) => {
-            return Err(RuntimeError::invalid(
-                "Invalid request body at `assistant_id`: must be a string",
+            return Err(RuntimeError::invalid_field(
+                "assistant_id",
+                "must be a string",
             ));
         }
         None => {
-            return Err(RuntimeError::invalid(
-                "Invalid request body: `assistant_id` is required",
-            ));
+            return Err(RuntimeError::missing_field("assistant_id"));
         }
     };
     let uuid = if is_uuid(&id) {
@@ -310,20 +306,12 @@ pub async fn resolve_assistant(rt: &Rt, v: &Option<Value>) -> Result<Assistant> 
     }
 }
 
-/// Whether a request header is copied into a run's `configurable` (`x-*` except secrets,
-/// and `user-agent`), as the official server does. Names are lower-case.
-pub fn header_goes_to_config(name: &str) -> bool {
-    (name.starts_with("x-") && !matches!(name, "x-api-key" | "x-tenant-id" | "x-service-key"))
-        || name == "user-agent"
-}
-
-/// Headers copied into `configurable`; the first value of a name wins.
+/// Headers the caller copies into `configurable` (which ones is the caller's rule: the
+/// server's `config_headers`); the first value of a name wins.
 fn header_config(headers: &[(String, String)], into: &mut JsonMap) {
     for (name, value) in headers {
-        if header_goes_to_config(name) {
-            into.entry(name.clone())
-                .or_insert_with(|| Value::String(value.clone()));
-        }
+        into.entry(name.clone())
+            .or_insert_with(|| Value::String(value.clone()));
     }
 }
 
@@ -340,7 +328,7 @@ pub struct PreparedRun {
 
 /// Validates and creates a run.
 pub async fn create_run(
-    rt: &Rt,
+    rt: &RuntimeHandle,
     body: RunCreate,
     target: RunTarget,
     headers: &[(String, String)],
@@ -351,7 +339,7 @@ pub async fn create_run(
 
 /// Validates a run request and builds what `create_run` stores; writes nothing.
 pub async fn prepare_run(
-    rt: &Rt,
+    rt: &RuntimeHandle,
     body: RunCreate,
     target: RunTarget,
     headers: &[(String, String)],
@@ -373,8 +361,9 @@ pub async fn prepare_run(
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(m)) => m.clone(),
         Some(_) => {
-            return Err(RuntimeError::invalid(
-                "Invalid request body at `config.configurable`: must be an object",
+            return Err(RuntimeError::invalid_field(
+                "config.configurable",
+                "must be an object",
             ));
         }
     };
@@ -393,8 +382,9 @@ pub async fn prepare_run(
             .map(str::to_string)
             .collect::<Vec<_>>(),
         Some(_) => {
-            return Err(RuntimeError::invalid(
-                "Invalid request body at `config.tags`: must be a list of strings",
+            return Err(RuntimeError::invalid_field(
+                "config.tags",
+                "must be a list of strings",
             ));
         }
     };
@@ -453,14 +443,16 @@ pub async fn prepare_run(
         Some(Value::Number(n)) => match n.as_f64() {
             Some(f) if f >= 0.0 && f.is_finite() && f <= 31_536_000.0 => f,
             _ => {
-                return Err(RuntimeError::invalid(
-                    "Invalid request body at `after_seconds`: must be a number between 0 and 31536000",
+                return Err(RuntimeError::invalid_field(
+                    "after_seconds",
+                    "must be a number between 0 and 31536000",
                 ));
             }
         },
         Some(_) => {
-            return Err(RuntimeError::invalid(
-                "Invalid request body at `after_seconds`: must be a number",
+            return Err(RuntimeError::invalid_field(
+                "after_seconds",
+                "must be a number",
             ));
         }
     };
@@ -468,8 +460,9 @@ pub async fn prepare_run(
         None => None,
         Some(Value::String(s)) => Some(rt.webhook_policy.validate_url(s)?),
         Some(_) => {
-            return Err(RuntimeError::invalid(
-                "Invalid request body at `webhook`: must be a URL string",
+            return Err(RuntimeError::invalid_field(
+                "webhook",
+                "must be a URL string",
             ));
         }
     };
@@ -480,8 +473,9 @@ pub async fn prepare_run(
         None => true,
         Some(Value::Bool(b)) => *b,
         Some(_) => {
-            return Err(RuntimeError::invalid(
-                "Invalid request body at `checkpoint_during`: must be a boolean",
+            return Err(RuntimeError::invalid_field(
+                "checkpoint_during",
+                "must be a boolean",
             ));
         }
     };
@@ -490,9 +484,9 @@ pub async fn prepare_run(
     let input = present(&body.input).cloned();
     if let Some(i) = &input {
         let update = fawn_state::StateUpdate::from_value(i.clone())
-            .map_err(|e| RuntimeError::invalid(format!("Invalid request body at `input`: {e}")))?;
+            .map_err(|e| RuntimeError::invalid_field("input", e.to_string()))?;
         check_message_types(&update)
-            .map_err(|e| RuntimeError::invalid(format!("Invalid request body at `input`: {e}")))?;
+            .map_err(|e| RuntimeError::invalid_field("input", e.to_string()))?;
     }
     // Checkpoint to start from.
     let mut checkpoint = object("checkpoint", &body.checkpoint)?;
@@ -671,7 +665,7 @@ pub async fn prepare_run(
 
 /// Writes a prepared run (atomically with the thread's multitask rule), cancels the
 /// in-flight runs its strategy replaces, and hands it to the queue.
-pub async fn commit_run(rt: &Rt, p: PreparedRun) -> Result<CreatedRun> {
+pub async fn commit_run(rt: &RuntimeHandle, p: PreparedRun) -> Result<CreatedRun> {
     let run_id = p.new_run.run_id.clone().unwrap_or_default();
     let thread_id = p.new_run.thread_id.clone();
     // The log exists before the run can start, so a creator's stream sees every event.
@@ -763,7 +757,7 @@ mod tests {
         ));
         assert!(matches!(
             stream_modes(&Some(json!(3))),
-            Err(RuntimeError::Invalid(_))
+            Err(RuntimeError::InvalidField { path, .. }) if path == "stream_mode"
         ));
     }
 
@@ -777,11 +771,11 @@ mod tests {
         assert_eq!(c, json!({"resume": "yes", "goto": ["a"]}));
         assert!(matches!(
             command(&Some(json!({"update": 3}))),
-            Err(RuntimeError::Invalid(m)) if m.starts_with("Invalid request body at `command.update`: ")
+            Err(RuntimeError::InvalidField { path, .. }) if path == "command.update"
         ));
         assert!(matches!(
             command(&Some(json!("x"))),
-            Err(RuntimeError::Invalid(m)) if m == "Invalid request body at `command`: must be an object"
+            Err(RuntimeError::InvalidField { path, reason }) if path == "command" && reason == "must be an object"
         ));
     }
 }

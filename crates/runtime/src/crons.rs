@@ -6,7 +6,7 @@
 //! them, when `scheduler.enabled` is on, within `scheduler.max_concurrent_runs`.
 
 use crate::create::{CreatedRun, RunCreate, RunTarget, create_run};
-use crate::runtime::Rt;
+use crate::runtime::RuntimeHandle;
 use crate::{Result, RuntimeError};
 use chrono::{DateTime, Utc};
 use fawn_checkpoint::{Cron, CronKinds, JsonMap};
@@ -63,7 +63,7 @@ pub fn next_run(
 }
 
 /// Looks for due crons every `cron_interval` (or when notified). Runs until the queue stops.
-pub async fn scheduler(rt: Rt) {
+pub async fn scheduler(rt: RuntimeHandle) {
     loop {
         tokio::select! {
             _ = tokio::time::sleep(rt.cron_interval) => {}
@@ -80,7 +80,7 @@ const CLAIM_BATCH: u64 = 50;
 /// Fires every due cron once; returns how many fired. Scheduled tasks fire only when
 /// `scheduler.enabled` is on, and only as many as `scheduler.max_concurrent_runs` leaves
 /// room for (the others stay due).
-pub async fn tick(rt: &Rt) -> usize {
+pub async fn tick(rt: &RuntimeHandle) -> usize {
     let now = rt.now();
     let next = move |c: &Cron| {
         next_run(&c.schedule, c.timezone.as_deref(), now, c.end_time)
@@ -131,7 +131,7 @@ pub async fn tick(rt: &Rt) -> usize {
     n
 }
 
-async fn fire(rt: &Rt, cron: &Cron) {
+async fn fire(rt: &RuntimeHandle, cron: &Cron) {
     match create_cron_run(rt, cron, JsonMap::new()).await {
         Ok(c) => {
             tracing::info!(cron_id = %cron.cron_id, run_id = %c.run.run_id, "cron fired");
@@ -144,7 +144,11 @@ async fn fire(rt: &Rt, cron: &Cron) {
 
 /// Creates the run a cron's tick creates, for the cron's user, with `extra` (and
 /// `cron_id`) added to its metadata.
-pub async fn create_cron_run(rt: &Rt, cron: &Cron, extra: JsonMap) -> Result<CreatedRun> {
+pub async fn create_cron_run(
+    rt: &RuntimeHandle,
+    cron: &Cron,
+    extra: JsonMap,
+) -> Result<CreatedRun> {
     let mut payload = cron.payload.clone();
     payload.insert("assistant_id".into(), json!(cron.assistant_id));
     for k in CRON_KEYS {

@@ -14,9 +14,18 @@ pub enum RuntimeError {
     /// `reject` strategy, …).
     #[error("{0}")]
     Conflict(String),
-    /// A field of the request is malformed (wrong type, unknown value, bad id).
+    /// The request is malformed in a way no single field names (a bad id, an unknown
+    /// value checked against the current state, …).
     #[error("{0}")]
     Invalid(String),
+    /// A field of the request is malformed: `path` names it (`config.configurable`,
+    /// `command.update`, `values`), `reason` says what is wrong with it. The caller words the
+    /// answer (the server: `Invalid request body at …`).
+    #[error("invalid `{path}`: {reason}")]
+    InvalidField { path: String, reason: String },
+    /// A required field of the request is absent.
+    #[error("`{path}` is required")]
+    MissingField { path: String },
     /// The request is well formed but cannot be carried out as asked (two exclusive fields,
     /// a resume without a thread, a node the graph does not have, …).
     #[error("{0}")]
@@ -44,6 +53,17 @@ impl RuntimeError {
 
     pub fn invalid(m: impl Into<String>) -> RuntimeError {
         RuntimeError::Invalid(m.into())
+    }
+
+    pub fn invalid_field(path: impl Into<String>, reason: impl Into<String>) -> RuntimeError {
+        RuntimeError::InvalidField {
+            path: path.into(),
+            reason: reason.into(),
+        }
+    }
+
+    pub fn missing_field(path: impl Into<String>) -> RuntimeError {
+        RuntimeError::MissingField { path: path.into() }
     }
 
     pub fn rejected(m: impl Into<String>) -> RuntimeError {

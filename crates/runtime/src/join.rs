@@ -6,14 +6,14 @@
 
 use crate::broker::{RunLog, ThreadWatch};
 use crate::kwargs::RunKwargs;
-use crate::runtime::{Rt, Runtime};
+use crate::runtime::{Runtime, RuntimeHandle};
 use fawn_checkpoint::Run;
 use std::sync::Arc;
 
 /// The log a client joining `run` subscribes to: this node's, or, for a run still active
 /// that this node has no log of, a new one (fed by the bus when another node executes the
 /// run). `None` for a finished run this node kept no log of.
-pub fn log_to_join(rt: &Rt, run: &Run) -> Option<Arc<RunLog>> {
+pub fn log_to_join(rt: &RuntimeHandle, run: &Run) -> Option<Arc<RunLog>> {
     if let Some(log) = rt.broker.get(&run.run_id) {
         return Some(log);
     }
@@ -31,7 +31,7 @@ pub fn log_to_join(rt: &Rt, run: &Run) -> Option<Arc<RunLog>> {
 
 /// Has run `run_id` ended without this process closing its log (another node finished it,
 /// or it is gone)? If so its log is closed here, and the joined stream can end.
-pub async fn ended_elsewhere(rt: &Rt, run_id: &str) -> bool {
+pub async fn ended_elsewhere(rt: &RuntimeHandle, run_id: &str) -> bool {
     if rt.queue.is_local(run_id) {
         return false;
     }

@@ -22,7 +22,7 @@
 //! `subagent.end` (category `subagent`, from the `task` tool) and `workspace_changes`
 //! (category `workspace`, from the lead agent's workspace snapshot).
 
-use crate::runtime::Rt;
+use crate::runtime::RuntimeHandle;
 use chrono::{DateTime, Utc};
 use fawn_checkpoint::{JournalAppend, NewRunEvent, Run, RunFinish};
 use fawn_state::{Message, MessageKind, Messages, ThreadState};
@@ -158,7 +158,7 @@ pub struct Entry<'a> {
 /// Journal failures are logged: the journal never fails a run. Returns what
 /// [`fawn_checkpoint::RunStore::finish_run`] would.
 pub async fn finish(
-    rt: &Rt,
+    rt: &RuntimeHandle,
     run: &Run,
     outcome: RunFinish,
     entry: Option<Entry<'_>>,

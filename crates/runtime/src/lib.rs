@@ -40,7 +40,9 @@ pub mod wire;
 pub use error::{Result, RuntimeError};
 pub use graphs::{Graphs, LEAD_AGENT, system_assistant_id};
 pub use kwargs::{Durability, OnDisconnect, RunKwargs};
-pub use runtime::{BuildError, Clock, DemoInfo, Rt, Runtime, RuntimeOptions, default_graphs};
+pub use runtime::{
+    BuildError, Clock, DemoInfo, Runtime, RuntimeHandle, RuntimeOptions, default_graphs,
+};
 
 /// Version reported by `/info` and stored in checkpoint metadata.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -6,7 +6,7 @@ use crate::broker::RunLog;
 use crate::checkpoints::{LastCheckpoint, RunCheckpoints, Step};
 use crate::hooks::Point;
 use crate::kwargs::Durability;
-use crate::runtime::Rt;
+use crate::runtime::RuntimeHandle;
 use async_trait::async_trait;
 use bytes::Bytes;
 use fawn_agent::{ObserverError, PendingTask, RunObserver, StepCheckpoint};
@@ -82,7 +82,7 @@ pub struct Observer {
     inner: Mutex<Inner>,
     checkpoints: RunCheckpoints,
     /// The run's runtime (test seams) and cancellation (a paused seam ends with the run).
-    rt: Rt,
+    rt: RuntimeHandle,
     cancel: CancellationToken,
     /// Journal rows the run produced besides its messages (subagent steps, workspace
     /// changes), in order; appended with the run's messages when it ends.
@@ -128,7 +128,7 @@ impl Observer {
     /// events carry the new checkpoint's id.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        rt: Rt,
+        rt: RuntimeHandle,
         log: Arc<RunLog>,
         thread_id: String,
         run_id: String,

@@ -104,14 +104,21 @@ pub struct DemoInfo {
 /// the event logs, crons and the agent's shared services.
 pub struct Runtime {
     pub settings: Settings,
-    pub store: Arc<dyn Persistence>,
+    /// The database: the runtime's own for run, checkpoint and journal writes. Callers read
+    /// it (and keep their own tables: assistants, store items, users) through
+    /// [`Runtime::store`]; the server's `clippy.toml` forbids it the run lifecycle writes.
+    pub(crate) store: Arc<dyn Persistence>,
     pub graphs: Graphs,
     pub models: ModelRegistry,
     /// The runs' event logs: the runtime's own (opened, fed and finished only here). Callers
     /// read them through [`Runtime::run_log`], [`Runtime::watch_thread`] and
     /// [`Runtime::thread_logs`], and join through [`crate::join`].
     pub(crate) broker: Broker,
-    pub queue: Queue,
+    /// The in-process side of the queue (claims, executions, cancels): the runtime's own.
+    /// Callers read its state through [`Runtime::queue_config`],
+    /// [`Runtime::runs_executing_here`], [`Runtime::free_run_slots`] and
+    /// [`Runtime::executes_here`].
+    pub(crate) queue: Queue,
     pub webhooks: WebhookClients,
     pub webhook_policy: WebhookPolicy,
     pub demo: Option<DemoInfo>,
@@ -132,7 +139,7 @@ pub struct Runtime {
 }
 
 /// The runtime as its tasks and callers hold it.
-pub type Rt = Arc<Runtime>;
+pub type RuntimeHandle = Arc<Runtime>;
 
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -209,7 +216,10 @@ fn demo_models() -> (DemoInfo, ModelRegistry) {
 
 impl Runtime {
     /// Opens everything and starts the background tasks.
-    pub async fn start(settings: Settings, options: RuntimeOptions) -> Result<Rt, BuildError> {
+    pub async fn start(
+        settings: Settings,
+        options: RuntimeOptions,
+    ) -> Result<RuntimeHandle, BuildError> {
         let backend = match options.backend.clone() {
             Some(b) => b,
             None => BackendConfig::from_settings(&settings)
@@ -356,6 +366,31 @@ impl Runtime {
         }
         q.notify.notify_one();
         Ok(rt)
+    }
+
+    /// The database, for reads and the callers' own tables (see the `store` field).
+    pub fn store(&self) -> &Arc<dyn Persistence> {
+        &self.store
+    }
+
+    /// How the queue is tuned (lease, polling, the cap on runs executing here).
+    pub fn queue_config(&self) -> &QueueConfig {
+        &self.queue.cfg
+    }
+
+    /// How many runs execute on this node now.
+    pub fn runs_executing_here(&self) -> usize {
+        self.queue.active_count()
+    }
+
+    /// How many more runs this node would start now (free slots of `max_concurrent_runs`).
+    pub fn free_run_slots(&self) -> usize {
+        self.queue.available()
+    }
+
+    /// Whether run `run_id` executes on this node.
+    pub fn executes_here(&self, run_id: &str) -> bool {
+        self.queue.is_local(run_id)
     }
 
     /// The event bus between nodes.

@@ -21,7 +21,7 @@
 use crate::create::{OWNER_KEY, RunCreate, RunTarget, prepare_run, resolve_assistant};
 use crate::crons::{create_cron_run, next_run, parse_schedule, parse_tz};
 use crate::graphs::LEAD_AGENT;
-use crate::runtime::Rt;
+use crate::runtime::RuntimeHandle;
 use crate::{Result, RuntimeError};
 use chrono::{DateTime, Duration, NaiveDate, NaiveDateTime, TimeZone, Timelike, Utc};
 use fawn_checkpoint::{
@@ -289,7 +289,11 @@ fn target(cron_thread: Option<&str>) -> RunTarget {
 pub type ThreadCheck<'a> = &'a (dyn Fn(&Thread) -> bool + Send + Sync);
 
 /// The thread a `reuse_thread` task runs on: it must exist and be the caller's.
-async fn usable_thread(rt: &Rt, thread_id: Option<&str>, owns: ThreadCheck<'_>) -> Result<String> {
+async fn usable_thread(
+    rt: &RuntimeHandle,
+    thread_id: Option<&str>,
+    owns: ThreadCheck<'_>,
+) -> Result<String> {
     let Some(tid) = thread_id.filter(|t| !t.is_empty()) else {
         return Err(invalid("reuse_thread requires thread_id"));
     };
@@ -310,9 +314,7 @@ pub fn thread_owned_by(owner: Option<&str>, thread: &Thread) -> bool {
 
 fn non_empty(field: &str, v: &str) -> Result<()> {
     if v.is_empty() {
-        return Err(invalid(format!(
-            "Invalid request body at `{field}`: must not be empty"
-        )));
+        return Err(RuntimeError::invalid_field(field, "must not be empty"));
     }
     Ok(())
 }
@@ -332,7 +334,7 @@ pub struct NewTask {
 }
 
 /// Creates a task (its cron), enabled; checks in DeerFlow's order.
-pub async fn create(rt: &Rt, t: NewTask, owns: ThreadCheck<'_>) -> Result<Cron> {
+pub async fn create(rt: &RuntimeHandle, t: NewTask, owns: ThreadCheck<'_>) -> Result<Cron> {
     non_empty("title", &t.title)?;
     non_empty("prompt", &t.prompt)?;
     let mode = ContextMode::parse(&t.context_mode)?;
@@ -387,7 +389,7 @@ pub async fn create(rt: &Rt, t: NewTask, owns: ThreadCheck<'_>) -> Result<Cron> 
 }
 
 /// A task by id (its cron's id), whoever owns it; `None` for a plain cron.
-pub async fn get(rt: &Rt, task_id: &str) -> Result<Option<Cron>> {
+pub async fn get(rt: &RuntimeHandle, task_id: &str) -> Result<Option<Cron>> {
     match rt.store.get_cron(task_id).await {
         Ok(c) => Ok(c.filter(|c| c.task.is_some())),
         Err(e) => Err(RuntimeError::store("loading the scheduled task", e)),
@@ -396,7 +398,11 @@ pub async fn get(rt: &Rt, task_id: &str) -> Result<Option<Cron>> {
 
 /// The tasks of `owner` (every task when `None`), newest first; only those running on
 /// `thread_id` when given.
-pub async fn list(rt: &Rt, owner: Option<&str>, thread_id: Option<&str>) -> Result<Vec<Cron>> {
+pub async fn list(
+    rt: &RuntimeHandle,
+    owner: Option<&str>,
+    thread_id: Option<&str>,
+) -> Result<Vec<Cron>> {
     rt.store
         .search_crons(&CronQuery {
             filter: CronFilter {
@@ -432,7 +438,7 @@ fn active(run: &Run) -> bool {
 }
 
 /// A task's status and latest run.
-pub async fn state(rt: &Rt, cron: &Cron) -> Result<TaskState> {
+pub async fn state(rt: &RuntimeHandle, cron: &Cron) -> Result<TaskState> {
     let page = rt
         .store
         .cron_runs(&cron.cron_id, 1, 0)
@@ -476,7 +482,7 @@ pub async fn state(rt: &Rt, cron: &Cron) -> Result<TaskState> {
 }
 
 /// DeerFlow refuses to change a task while its one-off run is active.
-async fn ensure_mutable(rt: &Rt, cron: &Cron) -> Result<()> {
+async fn ensure_mutable(rt: &RuntimeHandle, cron: &Cron) -> Result<()> {
     if state(rt, cron).await?.status == "running" {
         return Err(RuntimeError::conflict(
             "Scheduled task is currently running; retry after the active execution finishes",
@@ -499,7 +505,12 @@ pub struct TaskPatch {
 
 /// Changes a task. A new schedule or time zone is planned again from now (which re-arms a
 /// finished one-off task whose time moved ahead).
-pub async fn update(rt: &Rt, cron: &Cron, p: TaskPatch, owns: ThreadCheck<'_>) -> Result<Cron> {
+pub async fn update(
+    rt: &RuntimeHandle,
+    cron: &Cron,
+    p: TaskPatch,
+    owns: ThreadCheck<'_>,
+) -> Result<Cron> {
     let mut spec =
         TaskSpec::of(cron).ok_or_else(|| RuntimeError::not_found("Scheduled task not found"))?;
     ensure_mutable(rt, cron).await?;
@@ -567,7 +578,7 @@ pub async fn update(rt: &Rt, cron: &Cron, p: TaskPatch, owns: ThreadCheck<'_>) -
 
 /// Pause (`false`) or resume (`true`) a task: its cron's `enabled`. A resumed task whose
 /// occurrence passed while it was paused fires at the next tick.
-pub async fn set_enabled(rt: &Rt, cron: &Cron, enabled: bool) -> Result<Cron> {
+pub async fn set_enabled(rt: &RuntimeHandle, cron: &Cron, enabled: bool) -> Result<Cron> {
     ensure_mutable(rt, cron).await?;
     rt.store
         .update_cron(
@@ -583,7 +594,7 @@ pub async fn set_enabled(rt: &Rt, cron: &Cron, enabled: bool) -> Result<Cron> {
 
 /// Deletes a task (its cron); the runs and threads it created stay. False when it did not
 /// exist.
-pub async fn delete(rt: &Rt, cron: &Cron) -> Result<bool> {
+pub async fn delete(rt: &RuntimeHandle, cron: &Cron) -> Result<bool> {
     rt.store
         .delete_cron(&cron.cron_id)
         .await
@@ -616,7 +627,7 @@ fn run_metadata(cron: &Cron, trigger: &str, scheduled_for: DateTime<Utc>) -> Jso
 }
 
 /// The task's newest run, when it is still pending or running.
-async fn active_run(rt: &Rt, cron: &Cron) -> Result<Option<Run>> {
+async fn active_run(rt: &RuntimeHandle, cron: &Cron) -> Result<Option<Run>> {
     let page = rt
         .store
         .cron_runs(&cron.cron_id, 1, 0)
@@ -626,7 +637,7 @@ async fn active_run(rt: &Rt, cron: &Cron) -> Result<Option<Run>> {
 }
 
 /// Records (or clears) the task's launch error; a failure to record is only logged.
-async fn record_launch(rt: &Rt, cron: &Cron, error: Option<LaunchError>, used_up: bool) {
+async fn record_launch(rt: &RuntimeHandle, cron: &Cron, error: Option<LaunchError>, used_up: bool) {
     let Some(mut spec) = TaskSpec::of(cron) else {
         return;
     };
@@ -646,7 +657,7 @@ async fn record_launch(rt: &Rt, cron: &Cron, error: Option<LaunchError>, used_up
 
 /// "Run now": one run of the task, outside its schedule (a one-off task's occurrence is
 /// used up).
-pub async fn trigger(rt: &Rt, cron: &Cron) -> Result<Run, TriggerError> {
+pub async fn trigger(rt: &RuntimeHandle, cron: &Cron) -> Result<Run, TriggerError> {
     if active_run(rt, cron).await?.is_some() {
         return Err(TriggerError::Busy("task already has an active run".into()));
     }
@@ -682,7 +693,7 @@ pub async fn trigger(rt: &Rt, cron: &Cron) -> Result<Run, TriggerError> {
 }
 
 /// Fires a task's claimed occurrence (`cron.next_run_date`, the tick being fired).
-pub(crate) async fn fire(rt: &Rt, cron: &Cron, now: DateTime<Utc>) {
+pub(crate) async fn fire(rt: &RuntimeHandle, cron: &Cron, now: DateTime<Utc>) {
     let once = TaskSpec::of(cron).is_some_and(|s| s.schedule_type == ScheduleType::Once);
     match active_run(rt, cron).await {
         Ok(Some(run)) => {

@@ -5,7 +5,7 @@
 
 use crate::error::{Result, RuntimeError};
 use crate::journal::{AI_RESPONSE, HUMAN_INPUT, LEAD_AGENT, MESSAGE};
-use crate::runtime::Rt;
+use crate::runtime::RuntimeHandle;
 use chrono::{DateTime, Utc};
 use fawn_checkpoint::{CancelAction, CancelTarget, MultitaskStrategy, NewRun, NewRunEvent};
 use fawn_state::Message;
@@ -36,7 +36,7 @@ pub struct SeededRun {
 /// `owner`) and its messages as `llm.human.input` / `llm.ai.response` journal rows
 /// (`caller: lead_agent`, `created_at` the run's) in one append.
 pub async fn seed_finished_runs(
-    rt: &Rt,
+    rt: &RuntimeHandle,
     thread_id: &str,
     owner: Option<&str>,
     runs: &[SeededRun],

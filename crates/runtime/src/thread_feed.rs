@@ -21,7 +21,7 @@
 
 use crate::broker::{Cursor, Event, Gap, ModeFilter, Next, RunLog, Subscription, ThreadWatch};
 use crate::error::{Result, RuntimeError};
-use crate::runtime::Rt;
+use crate::runtime::RuntimeHandle;
 use fawn_checkpoint::{Run, RunQuery, RunStatus};
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -89,7 +89,7 @@ struct Current {
 
 /// The feed of one thread (one per connection).
 pub struct ThreadFeed {
-    rt: Rt,
+    rt: RuntimeHandle,
     thread_id: String,
     opts: FeedOptions,
     watch: ThreadWatch,
@@ -125,7 +125,7 @@ const UNKNOWN_POLLS: u32 = 10;
 impl ThreadFeed {
     /// Opens the feed of `thread_id`; the thread need not exist yet (its runs are read as
     /// they come).
-    pub fn new(rt: &Rt, thread_id: &str, opts: FeedOptions) -> ThreadFeed {
+    pub fn new(rt: &RuntimeHandle, thread_id: &str, opts: FeedOptions) -> ThreadFeed {
         // Subscribed before anything is listed, so a run started in between is announced.
         let watch = rt.broker.hub.subscribe(thread_id);
         let period = opts.poll.max(Duration::from_millis(10));

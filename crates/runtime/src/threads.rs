@@ -4,7 +4,7 @@
 
 use crate::error::{Result, RuntimeError};
 use crate::graphs::LEAD_AGENT;
-use crate::runtime::{Rt, Runtime};
+use crate::runtime::{Runtime, RuntimeHandle};
 use bytes::Bytes;
 use fawn_checkpoint::{
     CancelAction, CancelTarget, Checkpoint, IfExists, JsonMap, NewCheckpoint, NewThread,
@@ -30,7 +30,7 @@ pub async fn delete_thread_files(rt: &Runtime, thread_id: &str) {
 
 /// Cancels a thread's active runs, then deletes it with its runs, checkpoints and files.
 /// Returns false when it did not exist.
-pub async fn delete_thread(rt: &Rt, thread_id: &str) -> Result<bool> {
+pub async fn delete_thread(rt: &RuntimeHandle, thread_id: &str) -> Result<bool> {
     let runs = rt
         .store
         .list_runs(
@@ -136,14 +136,15 @@ pub fn parse_update_values(values: Value) -> Result<Vec<StateUpdate>> {
             .into_iter()
             .map(StateUpdate::from_value)
             .collect::<std::result::Result<_, _>>()
-            .map_err(|e| RuntimeError::invalid(format!("Invalid request body at `values`: {e}")))?,
-        v => vec![StateUpdate::from_value(v).map_err(|e| {
-            RuntimeError::invalid(format!("Invalid request body at `values`: {e}"))
-        })?],
+            .map_err(|e| RuntimeError::invalid_field("values", e.to_string()))?,
+        v => vec![
+            StateUpdate::from_value(v)
+                .map_err(|e| RuntimeError::invalid_field("values", e.to_string()))?,
+        ],
     };
     for w in &writes {
         crate::create::check_message_types(w)
-            .map_err(|e| RuntimeError::invalid(format!("Invalid request body at `values`: {e}")))?;
+            .map_err(|e| RuntimeError::invalid_field("values", e.to_string()))?;
     }
     Ok(writes)
 }
@@ -475,7 +476,7 @@ pub async fn patch_state_metadata(
 }
 
 /// Drops expired stream logs, expired threads (TTL) and expired store items.
-pub async fn sweeper(rt: Rt) {
+pub async fn sweeper(rt: RuntimeHandle) {
     let mut ticks: u64 = 0;
     loop {
         tokio::select! {

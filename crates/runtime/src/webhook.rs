@@ -12,7 +12,7 @@
 //! (`FAWN_WEBHOOK_ALLOWED_HOSTS`, comma-separated `host` or `host:port`).
 
 use crate::error::{Result, RuntimeError};
-use crate::runtime::Rt;
+use crate::runtime::RuntimeHandle;
 use fawn_checkpoint::Run;
 use fawn_tools::web::SsrfPolicy;
 use fawn_tools::web::guard::GuardedResolver;
@@ -153,7 +153,7 @@ pub fn body(run: &Run, values: Value, started_at: &str, ended_at: &str) -> Value
 }
 
 /// Sends a webhook (at most two attempts) and logs the outcome.
-pub async fn send(rt: Rt, url: String, payload: Value) {
+pub async fn send(rt: RuntimeHandle, url: String, payload: Value) {
     match deliver(&rt, &url, &payload).await {
         Ok(()) => {}
         Err(e) => tracing::warn!(%url, error = %e, "webhook not delivered"),

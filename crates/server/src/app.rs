@@ -11,7 +11,7 @@ use fawn_config::Settings;
 use fawn_llm::ModelRegistry;
 use fawn_runtime::broker::BrokerConfig;
 use fawn_runtime::runs::QueueConfig;
-use fawn_runtime::{Graphs, Rt, Runtime, RuntimeOptions};
+use fawn_runtime::{Graphs, Runtime, RuntimeHandle, RuntimeOptions};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -147,8 +147,8 @@ pub fn is_loopback_host(host: &str) -> bool {
 }
 
 /// State shared by every handler: the runtime, and how HTTP answers are shaped.
-pub struct Shared {
-    pub rt: Rt,
+pub struct ServerState {
+    pub rt: RuntimeHandle,
     pub stream: StreamSettings,
     pub body_limit: usize,
     /// `POST /internal/truncate` is served.
@@ -163,16 +163,16 @@ pub struct Shared {
     pub metrics_token: Option<String>,
 }
 
-impl std::fmt::Debug for Shared {
+impl std::fmt::Debug for ServerState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shared")
+        f.debug_struct("ServerState")
             .field("rt", &self.rt)
             .finish_non_exhaustive()
     }
 }
 
-/// Handlers read the runtime's parts (`app.store`, `app.graphs`, …) through the state.
-impl std::ops::Deref for Shared {
+/// Handlers read the runtime's parts (`app.store()`, `app.graphs`, …) through the state.
+impl std::ops::Deref for ServerState {
     type Target = Runtime;
 
     fn deref(&self) -> &Runtime {
@@ -180,7 +180,7 @@ impl std::ops::Deref for Shared {
     }
 }
 
-pub type AppState = Arc<Shared>;
+pub type AppState = Arc<ServerState>;
 
 /// The listener type: every accepted connection gets `TCP_NODELAY`.
 pub type Listener = axum::serve::TapIo<TcpListener, fn(&mut TcpStream)>;
@@ -307,7 +307,7 @@ impl Application {
         } else if seed.enabled() {
             tracing::warn!("test-only route POST /api/test-only/seed-runs is ON");
         }
-        let state = Arc::new(Shared {
+        let state = Arc::new(ServerState {
             metrics_token,
             test_seed: seed.enabled(),
             auth,

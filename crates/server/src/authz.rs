@@ -3,14 +3,14 @@
 //! (`clippy.toml`), so a route cannot be added without declaring who may call it. The rules
 //! are kept as a table ([`Routes::specs`]) that the authorization tests walk route by route.
 //!
-//! * [`Who::Public`]: anyone, anonymous included.
-//! * [`Who::User`]: an authenticated user (401 otherwise). A route whose path names a
+//! * [`Allowed::Public`]: anyone, anonymous included.
+//! * [`Allowed::User`]: an authenticated user (401 otherwise). A route whose path names a
 //!   thread, a cron, a run or a scheduled task (`{thread_id}`, `{cron_id}`, `{run_id}`,
 //!   `{task_id}`) also checks that the caller owns it: another user's resource answers the
 //!   same 404 as a missing one. A thread that does not exist yet passes (routes that create
 //!   it stamp the caller as its owner).
-//! * [`Who::Admin`]: an admin (401 anonymous, 403 a plain user).
-//! * [`Who::Metrics`]: an admin, or a scraper presenting the configured metrics token
+//! * [`Allowed::Admin`]: an admin (401 anonymous, 403 a plain user).
+//! * [`Allowed::Metrics`]: an admin, or a scraper presenting the configured metrics token
 //!   (`metrics.token`, `FAWN_METRICS_TOKEN`) as `Authorization: Bearer …` — a token that
 //!   opens nothing else ([`crate::auth::Scraper`]).
 //!
@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 /// Who may call a route's method.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Who {
+pub enum Allowed {
     Public,
     User,
     Admin,
@@ -41,7 +41,7 @@ pub enum Who {
 
 /// The methods routes serve (`HEAD` is served as `GET`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum M {
+pub enum Verb {
     Get,
     Post,
     Put,
@@ -49,25 +49,25 @@ pub enum M {
     Delete,
 }
 
-impl M {
-    fn of(m: &Method) -> Option<M> {
+impl Verb {
+    fn of(m: &Method) -> Option<Verb> {
         Some(match *m {
-            Method::GET | Method::HEAD => M::Get,
-            Method::POST => M::Post,
-            Method::PUT => M::Put,
-            Method::PATCH => M::Patch,
-            Method::DELETE => M::Delete,
+            Method::GET | Method::HEAD => Verb::Get,
+            Method::POST => Verb::Post,
+            Method::PUT => Verb::Put,
+            Method::PATCH => Verb::Patch,
+            Method::DELETE => Verb::Delete,
             _ => return None,
         })
     }
 
     pub fn method(self) -> Method {
         match self {
-            M::Get => Method::GET,
-            M::Post => Method::POST,
-            M::Put => Method::PUT,
-            M::Patch => Method::PATCH,
-            M::Delete => Method::DELETE,
+            Verb::Get => Method::GET,
+            Verb::Post => Method::POST,
+            Verb::Put => Method::PUT,
+            Verb::Patch => Method::PATCH,
+            Verb::Delete => Method::DELETE,
         }
     }
 }
@@ -105,8 +105,8 @@ impl Resource {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Spec {
     pub path: &'static str,
-    pub method: M,
-    pub who: Who,
+    pub method: Verb,
+    pub who: Allowed,
 }
 
 /// A router whose every route declared its access rules.
@@ -134,7 +134,7 @@ impl Routes {
     pub fn route(
         mut self,
         path: &'static str,
-        rules: &[(M, Who)],
+        rules: &[(Verb, Allowed)],
         methods: MethodRouter<AppState>,
     ) -> Routes {
         for (m, who) in rules {
@@ -144,7 +144,7 @@ impl Routes {
                 who: *who,
             });
         }
-        let rules: Arc<[(M, Who)]> = rules.into();
+        let rules: Arc<[(Verb, Allowed)]> = rules.into();
         let resource = Resource::of(path);
         let layer = axum::middleware::from_fn(move |req: Request, next: Next| {
             let rules = rules.clone();
@@ -178,22 +178,27 @@ impl Routes {
     }
 }
 
-async fn enforce(rules: &[(M, Who)], resource: Resource, req: Request, next: Next) -> Response {
-    let declared = M::of(req.method()).and_then(|m| rules.iter().find(|(rm, _)| *rm == m));
+async fn enforce(
+    rules: &[(Verb, Allowed)],
+    resource: Resource,
+    req: Request,
+    next: Next,
+) -> Response {
+    let declared = Verb::of(req.method()).and_then(|m| rules.iter().find(|(rm, _)| *rm == m));
     let Some((_, who)) = declared else {
         return ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed").into_response();
     };
-    if *who == Who::Public {
+    if *who == Allowed::Public {
         return next.run(req).await;
     }
-    if *who == Who::Metrics && req.extensions().get::<crate::auth::Scraper>().is_some() {
+    if *who == Allowed::Metrics && req.extensions().get::<crate::auth::Scraper>().is_some() {
         return next.run(req).await;
     }
     let principal = match req.extensions().get::<Caller>() {
         Some(Caller(Some(p))) => p.clone(),
         _ => return unauthenticated().into_response(),
     };
-    if matches!(who, Who::Admin | Who::Metrics) && !principal.is_admin() {
+    if matches!(who, Allowed::Admin | Allowed::Metrics) && !principal.is_admin() {
         return ApiError::new(StatusCode::FORBIDDEN, "Admin access required").into_response();
     }
     if resource == Resource::None || principal.scope().is_none() {
@@ -249,7 +254,7 @@ pub fn canonical_thread_id(raw: &str) -> String {
 /// `Ok` when the thread is the caller's or does not exist; the route's own 404 otherwise.
 pub async fn owns_thread(app: &AppState, p: &Principal, raw_id: &str) -> Result<(), ApiError> {
     let id = canonical_thread_id(raw_id);
-    match app.store.get_thread(&id).await {
+    match app.store().get_thread(&id).await {
         Ok(Some(t)) if !p.owns_thread(&t.metadata) => Err(ApiError::not_found(format!(
             "Thread with ID {raw_id} not found"
         ))),
@@ -259,7 +264,7 @@ pub async fn owns_thread(app: &AppState, p: &Principal, raw_id: &str) -> Result<
 }
 
 async fn owns_cron(app: &AppState, p: &Principal, id: &str) -> Result<(), ApiError> {
-    match app.store.get_cron(id).await {
+    match app.store().get_cron(id).await {
         Ok(Some(c)) if !p.owns(c.user_id.as_deref()) => {
             Err(ApiError::not_found(format!("Cron {id} not found")))
         }
@@ -270,7 +275,7 @@ async fn owns_cron(app: &AppState, p: &Principal, id: &str) -> Result<(), ApiErr
 
 /// A scheduled task is its cron: `Ok` when the caller owns it or it does not exist.
 async fn owns_task(app: &AppState, p: &Principal, id: &str) -> Result<(), ApiError> {
-    match app.store.get_cron(id).await {
+    match app.store().get_cron(id).await {
         Ok(Some(c)) if !p.owns(c.user_id.as_deref()) => {
             Err(ApiError::not_found("Scheduled task not found"))
         }
@@ -286,7 +291,7 @@ pub fn run_user(run: &fawn_checkpoint::Run) -> Option<&str> {
 }
 
 async fn owns_run(app: &AppState, p: &Principal, id: &str) -> Result<(), ApiError> {
-    match app.store.get_run(id).await {
+    match app.store().get_run(id).await {
         Ok(Some(r)) if !p.owns(run_user(&r)) => Err(ApiError::not_found("Run not found")),
         Ok(_) => Ok(()),
         Err(e) => Err(ApiError::store("checking the run's owner", e)),

@@ -72,6 +72,17 @@ impl ApiError {
     }
 }
 
+/// How a malformed field of a request body is answered (the runtime names the field and
+/// the problem; the wording is the server's).
+pub fn invalid_field_detail(path: &str, reason: &str) -> String {
+    format!("Invalid request body at `{path}`: {reason}")
+}
+
+/// How a required field missing from a request body is answered.
+pub fn missing_field_detail(path: &str) -> String {
+    format!("Invalid request body: `{path}` is required")
+}
+
 /// The one place runtime errors become statuses: 404, 409, 422 and 400 for what the client
 /// can fix, a logged 500 for a storage failure.
 impl From<fawn_runtime::RuntimeError> for ApiError {
@@ -81,6 +92,10 @@ impl From<fawn_runtime::RuntimeError> for ApiError {
             E::NotFound(m) => ApiError::not_found(m),
             E::Conflict(m) => ApiError::conflict(m),
             E::Invalid(m) => ApiError::unprocessable(m),
+            E::InvalidField { path, reason } => {
+                ApiError::unprocessable(invalid_field_detail(&path, &reason))
+            }
+            E::MissingField { path } => ApiError::unprocessable(missing_field_detail(&path)),
             E::Rejected(m) => ApiError::bad_request(m),
             E::Store { context, source } => ApiError::store(context, source),
         }

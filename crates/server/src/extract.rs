@@ -365,12 +365,18 @@ pub fn header_str<'a>(headers: &'a axum::http::HeaderMap, name: &str) -> Option<
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
-/// The request headers a run copies into its `configurable` (see
-/// [`fawn_runtime::create::header_goes_to_config`]).
+/// Whether a request header is copied into a run's `configurable` (`x-*` except secrets,
+/// and `user-agent`), as the official server does. Names are lower-case.
+pub fn header_goes_to_config(name: &str) -> bool {
+    (name.starts_with("x-") && !matches!(name, "x-api-key" | "x-tenant-id" | "x-service-key"))
+        || name == "user-agent"
+}
+
+/// The request headers a run copies into its `configurable` ([`header_goes_to_config`]).
 pub fn config_headers(headers: &axum::http::HeaderMap) -> Vec<(String, String)> {
     headers
         .iter()
-        .filter(|(name, _)| fawn_runtime::create::header_goes_to_config(name.as_str()))
+        .filter(|(name, _)| header_goes_to_config(name.as_str()))
         .filter_map(|(name, value)| {
             value
                 .to_str()

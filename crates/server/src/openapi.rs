@@ -6,29 +6,29 @@
 //! use, which is what the CI fuzz run (schemathesis) checks.
 
 use crate::app::AppState;
-use crate::authz::{M, Spec, Who};
+use crate::authz::{Allowed, Spec, Verb};
 use crate::wire::ok;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
-fn method_name(m: M) -> &'static str {
+fn method_name(m: Verb) -> &'static str {
     match m {
-        M::Get => "get",
-        M::Post => "post",
-        M::Put => "put",
-        M::Patch => "patch",
-        M::Delete => "delete",
+        Verb::Get => "get",
+        Verb::Post => "post",
+        Verb::Put => "put",
+        Verb::Patch => "patch",
+        Verb::Delete => "delete",
     }
 }
 
-fn who_name(w: Who) -> &'static str {
+fn who_name(w: Allowed) -> &'static str {
     match w {
-        Who::Public => "public",
-        Who::User => "user",
-        Who::Admin => "admin",
-        Who::Metrics => "admin or metrics token",
+        Allowed::Public => "public",
+        Allowed::User => "user",
+        Allowed::Admin => "admin",
+        Allowed::Metrics => "admin or metrics token",
     }
 }
 
@@ -59,7 +59,7 @@ fn operation(path: &str, spec: &Spec, params: &[String]) -> Value {
     let method = method_name(spec.method);
     op.insert("operationId".into(), json!(format!("{method} {path}")));
     op.insert("x-fawn-access".into(), json!(who_name(spec.who)));
-    if spec.who != Who::Public {
+    if spec.who != Allowed::Public {
         op.insert(
             "security".into(),
             json!([{"apiKey": []}, {"bearer": []}, {"session": []}]),
@@ -79,7 +79,7 @@ fn operation(path: &str, spec: &Spec, params: &[String]) -> Value {
             ),
         );
     }
-    if matches!(spec.method, M::Post | M::Put | M::Patch) {
+    if matches!(spec.method, Verb::Post | Verb::Put | Verb::Patch) {
         let schema = if spec.path == "/runs/batch" {
             json!({"type": "array", "items": {"type": "object"}})
         } else {

@@ -15,7 +15,7 @@ pub mod postgres;
 pub mod redis;
 
 use crate::broker::{Mirror, RunLog};
-use crate::runtime::Rt;
+use crate::runtime::RuntimeHandle;
 use fawn_checkpoint::Run;
 use std::sync::Arc;
 
@@ -28,7 +28,7 @@ pub trait EventBus: Send + Sync + std::fmt::Debug {
     fn mirror(&self) -> Option<Mirror>;
     /// Feeds `log` with the events of `run`, which another node executes (or will), until
     /// the run ends there or starts executing here.
-    fn follow(&self, rt: &Rt, run: &Run, log: Arc<RunLog>);
+    fn follow(&self, rt: &RuntimeHandle, run: &Run, log: Arc<RunLog>);
     /// `run_id` executes here now: stop feeding its log from elsewhere.
     fn unfollow(&self, run_id: &str);
     /// Another node announced progress of `run_id` through the store (Postgres `NOTIFY`).
@@ -48,7 +48,7 @@ impl EventBus for LocalBus {
     fn mirror(&self) -> Option<Mirror> {
         None
     }
-    fn follow(&self, _rt: &Rt, _run: &Run, _log: Arc<RunLog>) {}
+    fn follow(&self, _rt: &RuntimeHandle, _run: &Run, _log: Arc<RunLog>) {}
     fn unfollow(&self, _run_id: &str) {}
 }
 
@@ -59,7 +59,7 @@ impl EventBus for redis::RedisBus {
     fn mirror(&self) -> Option<Mirror> {
         Some(self.mirror_fn())
     }
-    fn follow(&self, _rt: &Rt, run: &Run, log: Arc<RunLog>) {
+    fn follow(&self, _rt: &RuntimeHandle, run: &Run, log: Arc<RunLog>) {
         self.follow_stream(&run.run_id, log);
     }
     fn unfollow(&self, run_id: &str) {

@@ -17,7 +17,7 @@
 use super::EventBus;
 use crate::broker::{Mirror, Mirrored, RunLog};
 use crate::runs::{latest_checkpoint, publish_metadata, state_value};
-use crate::runtime::Rt;
+use crate::runtime::RuntimeHandle;
 use bytes::Bytes;
 use fawn_checkpoint::{Persistence, Run};
 use serde_json::Value;
@@ -100,7 +100,7 @@ impl EventBus for PgBus {
         }))
     }
 
-    fn follow(&self, rt: &Rt, run: &Run, log: Arc<RunLog>) {
+    fn follow(&self, rt: &RuntimeHandle, run: &Run, log: Arc<RunLog>) {
         let wake = {
             let mut relays = lock(&self.relays);
             if relays.contains_key(&run.run_id) {
@@ -147,7 +147,13 @@ impl EventBus for PgBus {
     }
 }
 
-async fn relay(rt: &Rt, run: &Run, log: &RunLog, wake: &Notify, period: impl Fn() -> Duration) {
+async fn relay(
+    rt: &RuntimeHandle,
+    run: &Run,
+    log: &RunLog,
+    wake: &Notify,
+    period: impl Fn() -> Duration,
+) {
     if log.begin_attempt(run.attempt.max(1)) {
         publish_metadata(log, &run.run_id, &run.thread_id, run.attempt.max(1));
     }

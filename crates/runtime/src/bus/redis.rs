@@ -13,7 +13,7 @@
 //!   A run started here streams from here without crossing the bus.
 
 use crate::broker::{Mirror, Mirrored, RunLog};
-use crate::runtime::Rt;
+use crate::runtime::RuntimeHandle;
 use bytes::Bytes;
 use redis::AsyncCommands;
 use std::collections::HashMap;
@@ -62,7 +62,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl RedisBus {
     /// Connects to `url` and starts the writer and reader tasks (they end with the
     /// runtime).
-    pub async fn connect(url: &str, rt: &Rt) -> Result<Arc<RedisBus>, redis::RedisError> {
+    pub async fn connect(
+        url: &str,
+        rt: &RuntimeHandle,
+    ) -> Result<Arc<RedisBus>, redis::RedisError> {
         let stop = rt.shutdown.clone();
         let client = redis::Client::open(url)?;
         let writer = redis::aio::ConnectionManager::new(client.clone()).await?;
@@ -173,7 +176,7 @@ async fn write_loop(
 async fn read_loop(
     bus: Arc<RedisBus>,
     mut con: redis::aio::ConnectionManager,
-    rt: Rt,
+    rt: RuntimeHandle,
     stop: CancellationToken,
 ) {
     let broker = &rt.broker;

@@ -5,13 +5,13 @@ use fawn_llm::scripted::{ScriptedModel, ScriptedTurn};
 use fawn_runtime::create::{RunCreate, RunTarget, create_run};
 use fawn_runtime::hooks::Point;
 use fawn_runtime::testing::MiniAgent;
-use fawn_runtime::{Graphs, Rt, Runtime, RuntimeOptions};
+use fawn_runtime::{Graphs, Runtime, RuntimeHandle, RuntimeOptions};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 
 struct Fixture {
-    rt: Rt,
+    rt: RuntimeHandle,
     _dir: tempfile::TempDir,
 }
 
@@ -38,7 +38,7 @@ impl Fixture {
 
     async fn thread(&self) -> String {
         self.rt
-            .store
+            .store()
             .create_thread(NewThread::default())
             .await
             .unwrap()
@@ -56,14 +56,14 @@ impl Fixture {
 
     async fn finished(&self, run_id: &str) -> fawn_checkpoint::Run {
         fawn_runtime::runs::wait_terminal(&self.rt, run_id, Duration::from_secs(30)).await;
-        let run = self.rt.store.get_run(run_id).await.unwrap().unwrap();
+        let run = self.rt.store().get_run(run_id).await.unwrap().unwrap();
         assert!(!run.status.is_active(), "still {:?}", run.status);
         run
     }
 
     async fn thread_status(&self, thread_id: &str) -> ThreadStatus {
         self.rt
-            .store
+            .store()
             .get_thread(thread_id)
             .await
             .unwrap()
@@ -74,7 +74,7 @@ impl Fixture {
     async fn sources(&self, thread_id: &str) -> Vec<String> {
         let history = self
             .rt
-            .store
+            .store()
             .list_checkpoints(thread_id, &Default::default())
             .await
             .unwrap();
@@ -142,7 +142,7 @@ async fn a_run_paused_at_a_step_has_stored_nothing_after_it() {
     }
     assert_eq!(f.sources(&tid).await, ["loop", "input"]);
     assert_eq!(
-        f.rt.store.get_run(&rid).await.unwrap().unwrap().status,
+        f.rt.store().get_run(&rid).await.unwrap().unwrap().status,
         RunStatus::Running
     );
     paused.resume();
@@ -172,7 +172,7 @@ async fn cancel_with_interrupt_leaves_the_thread_as_its_latest_checkpoint_says()
     let run = f.finished(&rid).await;
     assert_eq!(run.status, RunStatus::Interrupted);
     let latest =
-        f.rt.store
+        f.rt.store()
             .get_checkpoint(&tid, "", None)
             .await
             .unwrap()
@@ -211,7 +211,10 @@ async fn bad_requests_are_typed_errors() {
     )
     .await
     .unwrap_err();
-    assert!(matches!(e, fawn_runtime::RuntimeError::Invalid(_)), "{e}");
+    assert!(
+        matches!(&e, fawn_runtime::RuntimeError::InvalidField { path, .. } if path == "durability"),
+        "{e}"
+    );
     let e = create_run(
         &f.rt,
         bad(json!({"assistant_id": "nope"})),

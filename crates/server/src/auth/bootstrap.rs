@@ -60,11 +60,11 @@ pub async fn first_admin(
     asked: Option<bool>,
 ) -> Result<Option<FirstAdmin>, BootstrapError> {
     let state = &app.state;
-    if !state.auth.enabled() || !wanted(host, asked) || state.store.count_users().await? > 0 {
+    if !state.auth.enabled() || !wanted(host, asked) || state.store().count_users().await? > 0 {
         return Ok(None);
     }
     let user = match state
-        .store
+        .store()
         .create_user(
             NewUser {
                 email: FIRST_ADMIN_EMAIL.into(),
@@ -81,7 +81,7 @@ pub async fn first_admin(
         Err(StoreError::Conflict(_)) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
-    let (_, key) = mint_key(state.store.as_ref(), &user, KEY_NAME)
+    let (_, key) = mint_key(state.store().as_ref(), &user, KEY_NAME)
         .await
         .map_err(BootstrapError::Key)?;
     let key_file = write_key_file(&state.rt.settings.home, &key).map_err(|e| e.to_string());

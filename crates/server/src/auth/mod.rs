@@ -238,7 +238,7 @@ impl Principal {
     }
 }
 
-/// A request that presented the metrics token: it may read `/metrics` ([`crate::authz::Who::Metrics`])
+/// A request that presented the metrics token: it may read `/metrics` ([`crate::authz::Allowed::Metrics`])
 /// and is anonymous everywhere else.
 #[derive(Clone, Copy, Debug)]
 pub struct Scraper;
@@ -360,7 +360,7 @@ async fn session_user(
         return Ok(None);
     };
     let user = app
-        .store
+        .store()
         .get_user(&claims.sub)
         .await
         .map_err(|e| ApiError::store("loading the session's user", e))?;
@@ -381,7 +381,7 @@ pub async fn resolve(app: &AppState, headers: &HeaderMap) -> Result<Caller, Resp
     }
     match presented(headers).map_err(unauthorized)? {
         Some(Presented::Key(key)) => {
-            match app.store.api_key_user(&fawn_auth::keys::hash(key)).await {
+            match app.store().api_key_user(&fawn_auth::keys::hash(key)).await {
                 Ok(Some((_, user))) => Ok(Caller(Some(Principal::from_user(&user, Via::ApiKey)))),
                 Ok(None) => Err(unauthorized("Invalid API key")),
                 Err(e) => Err(ApiError::store("checking an API key", e).into_response()),

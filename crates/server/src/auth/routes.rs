@@ -191,7 +191,7 @@ pub async fn setup_status(State(app): State<AppState>) -> ApiResult<Response> {
         })));
     }
     let has_admin = app
-        .store
+        .store()
         .has_admin()
         .await
         .map_err(|e| ApiError::store("reading users", e))?;
@@ -220,7 +220,7 @@ pub async fn initialize(
         )
     };
     if app
-        .store
+        .store()
         .has_admin()
         .await
         .map_err(|e| ApiError::store("reading users", e))?
@@ -231,7 +231,7 @@ pub async fn initialize(
     // The admin `fawn serve` made on first start (an API key, no password) is the one the
     // setup completes: same account, so its key and threads are the new admin's.
     let user = app
-        .store
+        .store()
         .initialize_admin(&email, &hash)
         .await
         .map_err(|e| match e {
@@ -254,7 +254,7 @@ async fn adopt_orphans(app: &AppState, admin: &User) {
     let mut offset = 0;
     loop {
         let page = match app
-            .store
+            .store()
             .search_threads(&ThreadQuery {
                 limit: 500,
                 offset,
@@ -277,7 +277,7 @@ async fn adopt_orphans(app: &AppState, admin: &User) {
             let mut metadata = serde_json::Map::new();
             metadata.insert(owner.into(), json!(admin.id));
             if let Err(e) = app
-                .store
+                .store()
                 .update_thread(
                     &t.thread_id,
                     ThreadPatch {
@@ -315,7 +315,7 @@ pub async fn register(
     }
     if app.auth.enabled()
         && !app
-            .store
+            .store()
             .has_admin()
             .await
             .map_err(|e| ApiError::store("reading users", e))?
@@ -333,7 +333,7 @@ pub async fn register(
     let (email, password) = credentials(body)?;
     let hash = hash_password(password).await?;
     let user = app
-        .store
+        .store()
         .create_user(
             NewUser {
                 email,
@@ -427,7 +427,7 @@ pub async fn login(State(app): State<AppState>, req: Request) -> ApiResult<Respo
         ));
     }
     let user = app
-        .store
+        .store()
         .user_by_email(&email)
         .await
         .map_err(|e| ApiError::store("reading users", e))?;
@@ -508,7 +508,7 @@ pub async fn change_password(
     let new = body.new_password.unwrap_or_default();
     fawn_auth::password::check_strength(&new).map_err(ApiError::unprocessable)?;
     let user = app
-        .store
+        .store()
         .get_user(&principal.id)
         .await
         .map_err(|e| ApiError::store("reading users", e))?
@@ -523,7 +523,7 @@ pub async fn change_password(
     }
     let hash = hash_password(new).await?;
     let user = app
-        .store
+        .store()
         .set_password(&user.id, &hash)
         .await
         .map_err(|e| ApiError::store("changing a password", e))?;
@@ -556,7 +556,7 @@ fn key_json(k: &fawn_checkpoint::ApiKey) -> Value {
 /// `GET /api/v1/auth/api-keys` (admin): every key, revoked ones too; never a key itself.
 pub async fn list_keys(State(app): State<AppState>) -> ApiResult<Response> {
     let keys = app
-        .store
+        .store()
         .list_api_keys(None)
         .await
         .map_err(|e| ApiError::store("listing API keys", e))?;
@@ -600,10 +600,10 @@ pub async fn create_key(
         return Err(disabled_here());
     }
     let who = body.user.unwrap_or_else(|| principal.id.clone());
-    let user = match app.store.user_by_email(&who).await {
+    let user = match app.store().user_by_email(&who).await {
         Ok(Some(u)) => Some(u),
         Ok(None) => app
-            .store
+            .store()
             .get_user(&who)
             .await
             .map_err(|e| ApiError::store("reading users", e))?,
@@ -616,7 +616,7 @@ pub async fn create_key(
             "name must be at most 200 characters",
         ));
     }
-    let (stored, key) = mint_key(app.store.as_ref(), &user, &name)
+    let (stored, key) = mint_key(app.store().as_ref(), &user, &name)
         .await
         .map_err(|e| ApiError::internal("creating an API key", e))?;
     let mut body = key_json(&stored);
@@ -630,7 +630,7 @@ pub async fn revoke_key(
     Path(key_id): Path<String>,
 ) -> ApiResult<Response> {
     if app
-        .store
+        .store()
         .revoke_api_key(&key_id)
         .await
         .map_err(|e| ApiError::store("revoking an API key", e))?

@@ -35,7 +35,7 @@ fn default_max() -> i64 {
 }
 
 async fn existing(app: &AppState, id: &str) -> ApiResult<Option<Thread>> {
-    app.store
+    app.store()
         .get_thread(id)
         .await
         .map_err(|e| ApiError::store("loading the thread", e))

@@ -98,7 +98,7 @@ async fn feedback_by_run(
         return Ok(HashMap::new());
     }
     let list = app
-        .store
+        .store()
         .list_feedback(thread_id, None, principal.scope())
         .await
         .map_err(store_err("loading feedback"))?;
@@ -164,7 +164,7 @@ async fn visible_rows(
     let mut out: Vec<RunEvent> = Vec::new();
     loop {
         let rows = app
-            .store
+            .store()
             .thread_events(thread_id, &message_query(batch, before, after))
             .await
             .map_err(store_err("reading the thread's journal"))?;
@@ -240,7 +240,7 @@ pub async fn messages_page(
 
 async fn has_journal(app: &AppState, thread_id: &str) -> ApiResult<bool> {
     let any = app
-        .store
+        .store()
         .thread_events(
             thread_id,
             &EventQuery {
@@ -261,7 +261,7 @@ async fn checkpoint_page(
     before: Option<i64>,
 ) -> ApiResult<Response> {
     let cp = app
-        .store
+        .store()
         .get_checkpoint(thread_id, "", None)
         .await
         .map_err(store_err("loading the thread's state"))?;
@@ -321,7 +321,7 @@ pub(crate) fn journal_run_param(raw: &str) -> ApiResult<(String, bool)> {
 
 /// The run of a thread named in a path (404 when it is not that thread's).
 async fn thread_run_row(app: &AppState, thread_id: &str, run_id: &str) -> ApiResult<()> {
-    match app.store.get_run(run_id).await {
+    match app.store().get_run(run_id).await {
         Ok(Some(r)) if r.thread_id == thread_id => Ok(()),
         Ok(Some(_)) => Err(ApiError::not_found(format!(
             "Run {run_id} not found in thread {thread_id}"
@@ -355,7 +355,7 @@ async fn rateable_run(app: &AppState, thread_id: &str, run_id: &str) -> ApiResul
         return Ok(run_id);
     }
     let rows = app
-        .store
+        .store()
         .run_events(
             thread_id,
             &run_id,
@@ -387,7 +387,7 @@ pub async fn run_messages(
     let thread_id = thread_param(&thread_id)?;
     let run_id = thread_run(&app, &thread_id, &run_id).await?;
     let mut rows = app
-        .store
+        .store()
         .run_events(
             &thread_id,
             &run_id,
@@ -440,7 +440,7 @@ pub async fn run_events(
     };
     let Some(task_id) = task_id else {
         let rows = app
-            .store
+            .store()
             .run_events(&thread_id, &run_id, &query)
             .await
             .map_err(store_err("reading the run's journal"))?;
@@ -452,7 +452,7 @@ pub async fn run_events(
     let mut data = Vec::new();
     loop {
         let rows = app
-            .store
+            .store()
             .run_events(&thread_id, &run_id, &query)
             .await
             .map_err(store_err("reading the run's journal"))?;
@@ -518,7 +518,7 @@ async fn save_feedback(
     let thread_id = thread_param(&thread_id)?;
     let run_id = rateable_run(app, &thread_id, &run_id).await?;
     let f = app
-        .store
+        .store()
         .upsert_feedback(NewFeedback {
             thread_id,
             run_id,
@@ -566,7 +566,7 @@ async fn my_feedback(
     let (run_id, _) = journal_run_param(run_id)?;
     load_thread(app, &thread_id).await?;
     let list = app
-        .store
+        .store()
         .list_feedback(&thread_id, Some(&run_id), principal.scope())
         .await
         .map_err(store_err("loading feedback"))?;
@@ -611,7 +611,7 @@ pub async fn delete_feedback(
     let (run_id, _) = journal_run_param(&run_id)?;
     load_thread(&app, &thread_id).await?;
     let deleted = app
-        .store
+        .store()
         .delete_run_feedback(&thread_id, &run_id, principal.scope().unwrap_or_default())
         .await
         .map_err(store_err("deleting feedback"))?;
@@ -631,7 +631,7 @@ pub async fn delete_feedback_by_id(
     let (run_id, _) = journal_run_param(&run_id)?;
     load_thread(&app, &thread_id).await?;
     let found = app
-        .store
+        .store()
         .get_feedback(&feedback_id)
         .await
         .map_err(store_err("loading feedback"))?
@@ -647,7 +647,7 @@ pub async fn delete_feedback_by_id(
         )));
     }
     if !app
-        .store
+        .store()
         .delete_feedback(&feedback_id)
         .await
         .map_err(store_err("deleting feedback"))?

@@ -58,15 +58,15 @@ pub mod workspace_changes;
 
 use crate::app::AppState;
 use crate::auth::routes as auth;
-use crate::authz::{M, Routes, Who};
+use crate::authz::{Allowed, Routes, Verb};
 use crate::error::ApiResult;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{delete, get, post};
 
 /// The gateway routes, relative to `/api`, with who may call them.
 pub fn routes(state: &AppState) -> Routes {
-    use M::*;
-    use Who::*;
+    use Allowed::*;
+    use Verb::*;
     let u = &state.settings.app.uploads;
     let upload_limit = usize::try_from(u.max_total_size)
         .unwrap_or(usize::MAX)

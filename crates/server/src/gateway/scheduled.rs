@@ -288,7 +288,7 @@ pub async fn runs(
     let offset = q.u64("offset")?.unwrap_or(0);
     let cron = load(&app, &p, &task_id).await?;
     let page = app
-        .store
+        .store()
         .cron_runs(&cron.cron_id, limit, offset)
         .await
         .map_err(|e| ApiError::store("listing the task's runs", e))?;

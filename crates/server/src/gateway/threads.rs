@@ -31,7 +31,7 @@ use std::sync::Arc;
 async fn latest_state(app: &AppState, thread_id: &str) -> ApiResult<Arc<ThreadState>> {
     load_thread(app, thread_id).await?;
     let cp = app
-        .store
+        .store()
         .get_checkpoint(thread_id, "", None)
         .await
         .map_err(|e| ApiError::store("loading the thread's state", e))?;
@@ -83,7 +83,7 @@ pub async fn token_usage(
     let thread_id = thread_param(&thread_id)?;
     let state = latest_state(&app, &thread_id).await?;
     let runs = app
-        .store
+        .store()
         .list_runs(
             &thread_id,
             &RunQuery {

@@ -42,7 +42,7 @@ pub async fn get(
     let thread_id = thread_param(&thread_id)?;
     let run_id = thread_run(&app, &thread_id, &run_id).await?;
     let rows = app
-        .store
+        .store()
         .run_events(
             &thread_id,
             &run_id,

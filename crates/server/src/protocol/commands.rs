@@ -220,7 +220,7 @@ async fn run_start(ctx: &Ctx<'_>, p: &Map<String, Value>) -> CmdResult {
 
 /// The thread, when it exists and is the caller's.
 async fn thread(ctx: &Ctx<'_>) -> Result<Option<fawn_checkpoint::Thread>, ProtocolError> {
-    let t = ctx.app.store.get_thread(ctx.thread_id).await?;
+    let t = ctx.app.store().get_thread(ctx.thread_id).await?;
     Ok(t.filter(|t| ctx.principal.owns_thread(&t.metadata)))
 }
 
@@ -428,7 +428,7 @@ fn unsubscribe(p: &Map<String, Value>, socket: Option<&mut Socket>) -> CmdResult
 
 /// The run `run_id` of this thread, when the caller may see it.
 async fn thread_run(ctx: &Ctx<'_>, run_id: &str) -> Result<Run, ProtocolError> {
-    let run = ctx.app.store.get_run(run_id).await?;
+    let run = ctx.app.store().get_run(run_id).await?;
     run.filter(|r| r.thread_id == ctx.thread_id && ctx.principal.owns(run_user(r)))
         .ok_or_else(|| {
             ProtocolError::new(Code::NoSuchRun, format!("No run {run_id} on this thread."))
@@ -515,7 +515,7 @@ async fn state_get(ctx: &Ctx<'_>, p: &Map<String, Value>) -> CmdResult {
     }
     let Some(cp) = ctx
         .app
-        .store
+        .store()
         .get_checkpoint(ctx.thread_id, "", None)
         .await?
     else {
@@ -550,7 +550,7 @@ async fn list_checkpoints(ctx: &Ctx<'_>, p: &Map<String, Value>) -> CmdResult {
     }
     let list = ctx
         .app
-        .store
+        .store()
         .list_checkpoints(
             ctx.thread_id,
             &HistoryQuery {
@@ -623,7 +623,7 @@ async fn get_tree(ctx: &Ctx<'_>, p: &Map<String, Value>) -> CmdResult {
         None => {
             let latest = ctx
                 .app
-                .store
+                .store()
                 .list_runs(
                     ctx.thread_id,
                     &RunQuery {

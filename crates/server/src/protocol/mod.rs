@@ -24,7 +24,7 @@ pub mod session;
 pub mod wire;
 pub mod ws;
 
-use crate::authz::{M, Routes, Who};
+use crate::authz::{Allowed, Routes, Verb};
 use axum::routing::{get, post};
 
 /// The protocol's routes, with their access rules.
@@ -32,17 +32,17 @@ pub fn routes() -> Routes {
     Routes::new()
         .route(
             "/threads/{thread_id}/commands",
-            &[(M::Post, Who::User)],
+            &[(Verb::Post, Allowed::User)],
             post(http::command),
         )
         .route(
             "/threads/{thread_id}/stream/events",
-            &[(M::Get, Who::User), (M::Post, Who::User)],
+            &[(Verb::Get, Allowed::User), (Verb::Post, Allowed::User)],
             get(ws::thread_socket).post(http::stream_events),
         )
         .route(
             "/threads/{thread_id}/runs/{run_id}/protocol",
-            &[(M::Get, Who::User)],
+            &[(Verb::Get, Allowed::User)],
             get(ws::run_socket),
         )
 }

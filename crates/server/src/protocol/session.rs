@@ -39,7 +39,7 @@ pub fn open(
     let opts = FeedOptions {
         only_run,
         admit: Arc::new(move |run| who.owns(run_user(run))),
-        poll: app.queue.cfg.relay_poll,
+        poll: app.queue_config().relay_poll,
     };
     let mut feed = ThreadFeed::new(&app.rt, thread_id, opts);
     let shutdown = app.stream.shutdown.clone();

@@ -92,6 +92,12 @@ impl From<fawn_runtime::RuntimeError> for ProtocolError {
                 ProtocolError::new(Code::NoSuchCheckpoint, m)
             }
             E::NotFound(m) | E::Invalid(m) | E::Rejected(m) => ProtocolError::invalid(m),
+            E::InvalidField { path, reason } => {
+                ProtocolError::invalid(crate::error::invalid_field_detail(&path, &reason))
+            }
+            E::MissingField { path } => {
+                ProtocolError::invalid(crate::error::missing_field_detail(&path))
+            }
             E::Conflict(m) => ProtocolError::new(Code::UnknownError, m),
             E::Store { context, source } => {
                 tracing::error!(error = %source, "protocol command: {context}");

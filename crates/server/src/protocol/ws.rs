@@ -63,7 +63,7 @@ pub async fn run_socket(
     let rid = uuid_param("run", &rid)?;
     let ws = upgrade(ws)?;
     let run = app
-        .store
+        .store()
         .get_run(&rid)
         .await
         .map_err(|e| ApiError::store("loading the run", e))?;

@@ -26,7 +26,7 @@ pub fn assistant_path_id(app: &AppState, raw: &str) -> ApiResult<String> {
 
 async fn load(app: &AppState, raw: &str) -> ApiResult<Assistant> {
     let id = assistant_path_id(app, raw)?;
-    match app.store.get_assistant(&id).await {
+    match app.store().get_assistant(&id).await {
         Ok(Some(a)) => Ok(a),
         Ok(None) => Err(ApiError::not_found(format!("Assistant {id} not found"))),
         Err(e) => Err(ApiError::store("loading the assistant", e)),
@@ -103,7 +103,7 @@ async fn may_change(app: &AppState, principal: &Principal, id: &str) -> ApiResul
         return Ok(());
     }
     let Some(a) = app
-        .store
+        .store()
         .get_assistant(id)
         .await
         .map_err(|e| ApiError::store("loading the assistant", e))?
@@ -152,7 +152,7 @@ pub async fn create(
         }
     }
     let a = app
-        .store
+        .store()
         .create_assistant(NewAssistant {
             assistant_id,
             graph_id,
@@ -228,7 +228,7 @@ pub async fn patch(
     };
     app.forget_assistant(&id);
     let a = app
-        .store
+        .store()
         .update_assistant(
             &id,
             AssistantPatch {
@@ -256,7 +256,7 @@ pub async fn delete(
     may_change(&app, &principal, &id).await?;
     let delete_threads = q.bool("delete_threads")?.unwrap_or(false);
     if app
-        .store
+        .store()
         .get_assistant(&id)
         .await
         .map_err(|e| ApiError::store("loading the assistant", e))?
@@ -273,7 +273,7 @@ pub async fn delete(
         }
         loop {
             let page = app
-                .store
+                .store()
                 .search_threads(&ThreadQuery {
                     filter: ThreadFilter {
                         metadata: Some(meta.clone()),
@@ -294,7 +294,7 @@ pub async fn delete(
         }
     }
     app.forget_assistant(&id);
-    app.store
+    app.store()
         .delete_assistant(&id)
         .await
         .map_err(|e| ApiError::store("deleting the assistant", e))?;
@@ -354,7 +354,7 @@ pub async fn search(
     let limit = b.limit.unwrap_or(10).min(1000);
     let offset = b.offset.unwrap_or(0);
     let page = app
-        .store
+        .store()
         .search_assistants(&AssistantQuery {
             filter: filter_of(b.metadata.clone(), b.graph_id.clone(), b.name.clone()),
             limit,
@@ -450,7 +450,7 @@ pub async fn count(
 ) -> ApiResult<Response> {
     let b = b.unwrap_or_default();
     let n = app
-        .store
+        .store()
         .count_assistants(&filter_of(b.metadata, b.graph_id, b.name))
         .await
         .map_err(|e| ApiError::store("counting assistants", e))?;
@@ -536,7 +536,7 @@ pub async fn versions(
     let b = b.unwrap_or_default();
     let a = load(&app, &id).await?;
     let v = app
-        .store
+        .store()
         .assistant_versions(
             &a.assistant_id,
             b.metadata.as_ref(),
@@ -564,7 +564,7 @@ pub async fn latest(
     may_change(&app, &principal, &id).await?;
     app.forget_assistant(&id);
     let a = app
-        .store
+        .store()
         .set_latest_version(&id, b.version)
         .await
         .map_err(|e| ApiError::store("setting the version", e))?;

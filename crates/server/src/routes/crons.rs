@@ -105,7 +105,7 @@ async fn create_cron(
     let next = next_run(schedule, timezone.as_deref(), app.now(), end_time)
         .map_err(ApiError::unprocessable)?;
     let cron = app
-        .store
+        .store()
         .create_cron(NewCron {
             assistant_id: assistant.assistant_id.clone(),
             thread_id: thread_id.clone(),
@@ -145,7 +145,7 @@ pub async fn create_for_thread(
 }
 
 async fn load_cron(app: &AppState, id: &str) -> ApiResult<fawn_checkpoint::Cron> {
-    match app.store.get_cron(id).await {
+    match app.store().get_cron(id).await {
         Ok(Some(c)) => Ok(c),
         Ok(None) => Err(ApiError::not_found(format!("Cron {id} not found"))),
         Err(e) => Err(ApiError::store("loading the cron", e)),
@@ -160,7 +160,7 @@ pub async fn get_one(State(app): State<AppState>, Path(id): Path<String>) -> Api
 pub async fn delete(State(app): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
     let id = uuid_param("cron", &id)?;
     let existed = app
-        .store
+        .store()
         .delete_cron(&id)
         .await
         .map_err(|e| ApiError::store("deleting the cron", e))?;
@@ -263,7 +263,7 @@ pub async fn patch(
         patch.next_run_date = Some(next);
     }
     let c = app
-        .store
+        .store()
         .update_cron(&id, patch)
         .await
         .map_err(|e| ApiError::store("updating the cron", e))?;
@@ -321,7 +321,7 @@ pub async fn search(
         None => None,
     };
     let page = app
-        .store
+        .store()
         .search_crons(&CronQuery {
             filter: CronFilter {
                 assistant_id: assistant_filter(&app, b.assistant_id)?,
@@ -367,7 +367,7 @@ pub async fn count(
         None => None,
     };
     let n = app
-        .store
+        .store()
         .count_crons(&CronFilter {
             assistant_id: assistant_filter(&app, b.assistant_id)?,
             thread_id,

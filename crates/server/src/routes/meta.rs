@@ -24,15 +24,15 @@ fn demo_json(app: &AppState) -> Value {
 /// also says how full this node is: `runs.available` is 0 when new runs would wait in the
 /// queue instead of starting here (`full`).
 pub async fn ok(State(app): State<AppState>) -> Response {
-    let max = app.queue.cfg.max_concurrent_runs;
-    let available = app.queue.available();
+    let max = app.queue_config().max_concurrent_runs;
+    let available = app.free_run_slots();
     json_ok(&json!({
         "ok": true,
         "services": {},
         "demo_model": app.demo.is_some(),
         "runs": {
             "max_concurrent": max,
-            "executing": app.queue.active_count(),
+            "executing": app.runs_executing_here(),
             "available": available,
             "full": available == 0,
         },
@@ -58,7 +58,7 @@ pub async fn info(State(app): State<AppState>) -> Response {
             "tenant_id": null,
         },
         "fawn": {
-            "database": app.store.backend(),
+            "database": app.store().backend(),
             "graphs": app.graphs.ids().collect::<Vec<_>>(),
             "models": app.models.all().iter().map(|m| m.info().name.clone()).collect::<Vec<_>>(),
             "demo_model": demo_json(&app),
@@ -67,15 +67,15 @@ pub async fn info(State(app): State<AppState>) -> Response {
 }
 
 pub async fn health(State(app): State<AppState>) -> Response {
-    let db = app.store.ping().await;
+    let db = app.store().ping().await;
     // DeerFlow's gateway answers {"status": "healthy", "service": "deer-flow-gateway"};
     // clients that check it see the same, with Fawn's details beside it.
     let body = json!({
         "status": if db { "healthy" } else { "unhealthy" },
         "service": "deer-flow-gateway",
         "server": "fawn",
-        "database": {"backend": app.store.backend(), "ok": db},
-        "runs": {"active_here": app.queue.active_count()},
+        "database": {"backend": app.store().backend(), "ok": db},
+        "runs": {"active_here": app.runs_executing_here()},
         "demo_model": demo_json(&app),
     });
     if db {
@@ -91,7 +91,7 @@ pub async fn health(State(app): State<AppState>) -> Response {
 /// now; an unknown format answers the text format, as the official server does.
 pub async fn metrics(State(app): State<AppState>, query: Query) -> Response {
     let m = fawn_telemetry::metrics();
-    let queue = match app.store.queue_stats().await {
+    let queue = match app.store().queue_stats().await {
         Ok(q) => {
             m.runs_pending
                 .set(i64::try_from(q.pending).unwrap_or(i64::MAX));
@@ -105,7 +105,7 @@ pub async fn metrics(State(app): State<AppState>, query: Query) -> Response {
             None
         }
     };
-    let pool = app.store.pool_stats();
+    let pool = app.store().pool_stats();
     m.db_pool
         .with_label_values(&["open"])
         .set(i64::from(pool.open));
@@ -117,9 +117,9 @@ pub async fn metrics(State(app): State<AppState>, query: Query) -> Response {
         .set(i64::from(pool.in_use));
     m.db_pool_max.set(i64::from(pool.max));
     m.db_pool_waiting.set(i64::from(pool.waiting));
-    let max = app.queue.cfg.max_concurrent_runs;
-    let active = app.queue.active_count();
-    let available = app.queue.available();
+    let max = app.queue_config().max_concurrent_runs;
+    let active = app.runs_executing_here();
+    let available = app.free_run_slots();
     m.runs_executing_max
         .set(i64::try_from(max).unwrap_or(i64::MAX));
     if query.get("format") == Some("json") {
@@ -141,7 +141,7 @@ pub async fn metrics(State(app): State<AppState>, query: Query) -> Response {
                 json!({"max": max, "active": active, "available": available}),
             );
             o.insert(
-                app.store.backend().into(),
+                app.store().backend().into(),
                 json!({
                     "pool_max": pool.max,
                     "pool_size": pool.open,
@@ -179,7 +179,7 @@ pub async fn truncate(
         return Err(ApiError::not_found("Not Found"));
     }
     let b = body.unwrap_or_default();
-    app.store
+    app.store()
         .truncate(&Truncate {
             runs: b.runs,
             threads: b.threads,

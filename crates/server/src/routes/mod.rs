@@ -12,15 +12,15 @@ pub mod thread_storage;
 pub mod threads;
 
 use crate::app::AppState;
-use crate::authz::{M, Routes, Spec, Who};
+use crate::authz::{Allowed, Routes, Spec, Verb};
 use crate::error::{method_not_allowed_fallback, not_found_fallback};
 use crate::extract::BodyLimit;
 use axum::Router;
 use axum::routing::{get, post};
 
 fn api() -> Routes {
-    use M::*;
-    use Who::*;
+    use Allowed::*;
+    use Verb::*;
     Routes::new()
         .route("/", &[(Get, Public)], get(meta::ok))
         .route("/ok", &[(Get, Public)], get(meta::ok))

@@ -16,7 +16,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use fawn_checkpoint::{CancelAction, CancelTarget, Run, RunQuery, RunStatus, ThreadStatus};
+use fawn_checkpoint::{CancelAction, CancelTarget, Run, RunQuery, RunStatus};
 use fawn_runtime::broker::{Cursor, ModeFilter};
 use fawn_runtime::create::{CreatedRun, RunCreate, RunTarget, commit_run, create_run, prepare_run};
 use futures::FutureExt;
@@ -104,44 +104,6 @@ fn stream_created(
     sse_response(body, Some(location), Some(content_location))
 }
 
-/// The `/wait` / `/join` body once a run is over.
-async fn final_body(app: &AppState, run_id: &str, thread_id: &str) -> Bytes {
-    if let Some(log) = app.run_log(run_id)
-        && let Some(b) = log.final_body()
-    {
-        return b;
-    }
-    thread_result(app, thread_id).await
-}
-
-/// Current thread values, `__interrupt__` when interrupted, `__error__` on error.
-async fn thread_result(app: &AppState, thread_id: &str) -> Bytes {
-    let Ok(Some(t)) = app.store.get_thread(thread_id).await else {
-        return Bytes::from_static(b"{}");
-    };
-    if t.status == ThreadStatus::Error
-        && let Some(e) = &t.error
-    {
-        return Bytes::from(json!({"__error__": e}).to_string());
-    }
-    let mut values = t.values.clone().unwrap_or_else(|| json!({}));
-    if t.status == ThreadStatus::Interrupted {
-        let all: Vec<Value> = t
-            .interrupts
-            .values()
-            .filter_map(Value::as_array)
-            .flatten()
-            .cloned()
-            .collect();
-        if !all.is_empty()
-            && let Value::Object(m) = &mut values
-        {
-            m.insert("__interrupt__".into(), Value::Array(all));
-        }
-    }
-    Bytes::from(values.to_string())
-}
-
 fn wait_future(
     app: &AppState,
     run_id: &str,
@@ -158,13 +120,13 @@ fn wait_future(
                 log.wait_done().await;
                 match log.final_body() {
                     Some(b) => b,
-                    None => thread_result(&app, &thread_id).await,
+                    None => fawn_runtime::runs::thread_result(&app.rt, &thread_id).await,
                 }
             }
             None => {
                 fawn_runtime::runs::wait_terminal(&app.rt, &run_id, Duration::from_secs(86_400))
                     .await;
-                final_body(&app, &run_id, &thread_id).await
+                fawn_runtime::runs::wait_result(&app.rt, &run_id, &thread_id).await
             }
         }
     }
@@ -349,7 +311,7 @@ pub async fn batch(
 // ------------------------------------------------------------------- list / get / delete
 
 async fn load_run(app: &AppState, tid: &str, rid: &str) -> ApiResult<Run> {
-    match app.store.get_run(rid).await {
+    match app.store().get_run(rid).await {
         Ok(Some(r)) if r.thread_id == tid => Ok(r),
         Ok(_) => Err(ApiError::not_found("Not Found")),
         Err(e) => Err(ApiError::store("loading the run", e)),
@@ -375,7 +337,7 @@ pub async fn list(
     let select = q.list(&["select"]);
     load_thread(&app, &tid).await?;
     let runs = app
-        .store
+        .store()
         .list_runs(
             &tid,
             &RunQuery {
@@ -450,7 +412,7 @@ pub async fn cancel_one(
         // exists but has ended, the one status its UI treats as a harmless no-op; the
         // LangGraph mounts answer 404 as the SDKs expect.
         if prefix == "/api"
-            && let Ok(Some(run)) = app.store.get_run(&rid).await
+            && let Ok(Some(run)) = app.store().get_run(&rid).await
             && run.thread_id == tid
         {
             return Err(ApiError::conflict(format!(
@@ -466,7 +428,7 @@ pub async fn cancel_one(
         return Ok(StatusCode::ACCEPTED.into_response());
     }
     fawn_runtime::runs::wait_terminal(&app.rt, &rid, Duration::from_secs(60)).await;
-    let body = final_body(&app, &rid, &tid).await;
+    let body = fawn_runtime::runs::wait_result(&app.rt, &rid, &tid).await;
     let cl = format!("{prefix}/threads/{tid}/runs/{rid}");
     let mut r = (StatusCode::OK, body).into_response();
     r.headers_mut().insert(
@@ -538,7 +500,7 @@ pub async fn cancel_many(
                 // Another user's runs are left alone, as if they did not exist.
                 let mut mine = Vec::with_capacity(run_ids.len());
                 for id in run_ids {
-                    match app.store.get_run(&id).await {
+                    match app.store().get_run(&id).await {
                         Ok(Some(r)) if principal.owns(crate::authz::run_user(&r)) => mine.push(id),
                         Ok(_) => {}
                         Err(e) => return Err(ApiError::store("loading a run", e)),
@@ -572,7 +534,7 @@ pub async fn join(
 ) -> ApiResult<Response> {
     let tid = uuid_param("thread", &tid)?;
     let rid = uuid_param("run", &rid)?;
-    let run = match app.store.get_run(&rid).await {
+    let run = match app.store().get_run(&rid).await {
         Ok(Some(r)) if r.thread_id == tid => r,
         Ok(_) => {
             return Ok(wire::ok(
@@ -582,7 +544,7 @@ pub async fn join(
         Err(e) => return Err(ApiError::store("loading the run", e)),
     };
     if !run.status.is_active() {
-        let b = final_body(&app, &rid, &tid).await;
+        let b = fawn_runtime::runs::wait_result(&app.rt, &rid, &tid).await;
         let b = match wire::hides_internal_messages() {
             true => wire::without_hidden_messages(&b).unwrap_or(b),
             false => b,
@@ -663,7 +625,7 @@ pub async fn join_stream(
     let tid = uuid_param("thread", &tid)?;
     let rid = uuid_param("run", &rid)?;
     let run = app
-        .store
+        .store()
         .get_run(&rid)
         .await
         .map_err(|e| ApiError::store("loading the run", e))?
@@ -679,7 +641,7 @@ pub async fn join_stream_threadless(
 ) -> ApiResult<Response> {
     let rid = uuid_param("run", &rid)?;
     let run = app
-        .store
+        .store()
         .get_run(&rid)
         .await
         .map_err(|e| ApiError::store("loading the run", e))?;

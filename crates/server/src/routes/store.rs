@@ -115,7 +115,7 @@ pub async fn put_item(
             crate::routes::threads::TTL_RULE
         )));
     }
-    app.store
+    app.store()
         .put_item(PutItem {
             namespace: within(&scope(&principal), b.namespace),
             key: b.key,
@@ -147,7 +147,7 @@ pub async fn get_item(
     let refresh = q.bool("refresh_ttl")?.unwrap_or(true);
     let scope = scope(&principal);
     let item = app
-        .store
+        .store()
         .get_item(&within(&scope, ns), key, refresh)
         .await
         .map_err(|e| ApiError::store("loading the item", e))?;
@@ -171,7 +171,7 @@ pub async fn delete_item(
 ) -> ApiResult<Response> {
     check_namespace(&b.namespace, "namespace")?;
     check_no_nul([&b.key], "key")?;
-    app.store
+    app.store()
         .delete_item(&within(&scope(&principal), b.namespace), &b.key)
         .await
         .map_err(|e| ApiError::store("deleting the item", e))?;
@@ -199,7 +199,7 @@ pub async fn search(
     check_namespace(&b.namespace_prefix, "namespace_prefix")?;
     let scope = scope(&principal);
     let items = app
-        .store
+        .store()
         .search_items(&ItemQuery {
             namespace_prefix: within(&scope, b.namespace_prefix),
             filter: b.filter,
@@ -246,7 +246,7 @@ pub async fn namespaces(
         (p, false) => Some(within(&scope, p.unwrap_or_default())),
     };
     let ns = app
-        .store
+        .store()
         .list_namespaces(&NamespaceQuery {
             prefix,
             suffix: b.suffix,

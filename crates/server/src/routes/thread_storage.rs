@@ -26,7 +26,7 @@ pub async fn get(State(app): State<AppState>, Path(tid): Path<String>) -> ApiRes
     let tid = uuid_param("thread", &tid)?;
     load_thread(&app, &tid).await?;
     let s = app
-        .store
+        .store()
         .thread_storage(&tid)
         .await
         .map_err(|e| ApiError::store("measuring the thread's storage", e))?;

@@ -22,7 +22,7 @@ pub fn thread_not_found(id: &str) -> ApiError {
 }
 
 pub async fn load_thread(app: &AppState, id: &str) -> ApiResult<Thread> {
-    match app.store.get_thread(id).await {
+    match app.store().get_thread(id).await {
         Ok(Some(t)) => Ok(t),
         Ok(None) => Err(thread_not_found(id)),
         Err(e) => Err(ApiError::store("loading the thread", e)),
@@ -140,7 +140,7 @@ pub async fn create(
     };
     if let (Some(id), Some(_)) = (&thread_id, principal.scope())
         && let Some(existing) = app
-            .store
+            .store()
             .get_thread(id)
             .await
             .map_err(|e| ApiError::store("loading the thread", e))?
@@ -213,7 +213,7 @@ pub async fn patch(
         other => other,
     };
     let t = app
-        .store
+        .store()
         .update_thread(
             &id,
             ThreadPatch {
@@ -359,7 +359,7 @@ pub async fn search(
         return Ok(paginated(Value::Array(Vec::new()), 0, offset, 0));
     };
     let page = app
-        .store
+        .store()
         .search_threads(&ThreadQuery {
             filter: ThreadFilter {
                 metadata,
@@ -420,7 +420,7 @@ pub async fn count(
         return Ok(wire::ok(&0));
     };
     let n = app
-        .store
+        .store()
         .count_threads(&ThreadFilter {
             metadata,
             values: b.values,
@@ -498,7 +498,7 @@ pub async fn get_state(
     q.bool("subgraphs")?;
     load_thread(&app, &id).await?;
     let cp = app
-        .store
+        .store()
         .get_checkpoint(&id, "", None)
         .await
         .map_err(|e| ApiError::store("loading the state", e))?;
@@ -508,7 +508,7 @@ pub async fn get_state(
 async fn state_at(app: &AppState, id: &str, ns: &str, checkpoint_id: &str) -> ApiResult<Response> {
     load_thread(app, id).await?;
     let cp = app
-        .store
+        .store()
         .get_checkpoint(id, ns, Some(checkpoint_id))
         .await
         .map_err(|e| ApiError::store("loading the state", e))?;
@@ -521,7 +521,7 @@ async fn state_at(app: &AppState, id: &str, ns: &str, checkpoint_id: &str) -> Ap
     let ran = if c.tasks.is_empty() {
         None
     } else {
-        app.store
+        app.store()
             .step_writes(id, ns, checkpoint_id)
             .await
             .map_err(|e| ApiError::store("loading the state", e))?
@@ -570,7 +570,7 @@ pub async fn state_at_checkpoint_post(
         None => {
             load_thread(&app, &id).await?;
             let cp = app
-                .store
+                .store()
                 .get_checkpoint(&id, &ns, None)
                 .await
                 .map_err(|e| ApiError::store("loading the state", e))?;
@@ -667,7 +667,7 @@ async fn history(
 ) -> ApiResult<Response> {
     load_thread(app, id).await?;
     let items = app
-        .store
+        .store()
         .list_checkpoints(
             id,
             &HistoryQuery {

@@ -4,7 +4,7 @@
 //! owner, another user and an admin.
 
 use crate::helpers::*;
-use fawn_server::authz::{M, Resource, Who};
+use fawn_server::authz::{Allowed, Resource, Verb};
 use serde_json::{Value, json};
 
 backends!(
@@ -585,11 +585,11 @@ async fn every_route_declares_who_may_call_it(db: Db) {
     // Destructive methods last, each on fresh resources.
     let mut ordered: Vec<_> = table
         .iter()
-        .filter(|(_, s)| s.method != M::Delete)
+        .filter(|(_, s)| s.method != Verb::Delete)
         .collect();
     let deletes: Vec<_> = table
         .iter()
-        .filter(|(_, s)| s.method == M::Delete)
+        .filter(|(_, s)| s.method == Verb::Delete)
         .collect();
     ordered.extend(deletes.iter().copied());
     let mut checked = 0;
@@ -597,14 +597,14 @@ async fn every_route_declares_who_may_call_it(db: Db) {
         if spec.path == "/internal/truncate" {
             continue; // wipes the database; its rule (admin) is checked below
         }
-        if spec.method == M::Delete {
+        if spec.method == Verb::Delete {
             ids = alice_resources(&app, &alice).await;
         }
         let url = fill(path, &ids);
         let method = spec.method.method();
         let m = method.as_str();
         let body = match spec.method {
-            M::Get => None,
+            Verb::Get => None,
             _ if spec.path.ends_with("/latest") => Some(json!({"version": 1})),
             _ => Some(json!({})),
         };
@@ -612,7 +612,7 @@ async fn every_route_declares_who_may_call_it(db: Db) {
         let owned = resource != Resource::None;
 
         let anon = call(&app, &Cred::Anon, m, &url, body.clone()).await;
-        if spec.who == Who::Public {
+        if spec.who == Allowed::Public {
             assert_ne!(anon.status, 401, "{m} {url} is public: {}", anon.body);
             continue;
         }
@@ -622,9 +622,10 @@ async fn every_route_declares_who_may_call_it(db: Db) {
         // Assistants are shared (everyone reads them); only their creator or an admin
         // changes one.
         let changes_assistant = spec.path.starts_with("/assistants/{assistant_id}")
-            && (matches!(spec.method, M::Patch | M::Delete) || spec.path.ends_with("/latest"));
+            && (matches!(spec.method, Verb::Patch | Verb::Delete)
+                || spec.path.ends_with("/latest"));
         match (spec.who, owned) {
-            (Who::Admin | Who::Metrics, _) => {
+            (Allowed::Admin | Allowed::Metrics, _) => {
                 assert_eq!(other.status, 403, "{m} {url} as a user: {}", other.body)
             }
             _ if changes_assistant => {
@@ -661,7 +662,7 @@ async fn every_route_declares_who_may_call_it(db: Db) {
                 adm.body
             );
         }
-        if !matches!(spec.who, Who::Admin | Who::Metrics) {
+        if !matches!(spec.who, Allowed::Admin | Allowed::Metrics) {
             let own = call(&app, &alice, m, &url, body.clone()).await;
             assert!(
                 ![401, 403].contains(&own.status),
@@ -879,7 +880,7 @@ async fn threads_from_before_auth_go_to_the_first_admin(db: Db) {
     let t = app
         .handle
         .state
-        .store
+        .store()
         .create_thread(fawn_checkpoint::NewThread::default())
         .await
         .unwrap();

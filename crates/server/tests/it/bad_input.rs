@@ -1076,3 +1076,66 @@ async fn the_ttl_migration_clears_what_the_unbounded_server_stored(db: Db) {
     assert_eq!(s, 200, "{v}");
     app.stop().await;
 }
+
+/// The runtime names a bad field (`RuntimeError::InvalidField` / `MissingField`); the server
+/// words it. The wording is what SDK clients see, so it is pinned here word for word, for
+/// run creation, state updates and scheduled tasks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn field_errors_keep_their_wire_text() {
+    let app = spawn_app(Db::Sqlite).await.unwrap();
+    let tid = app.create_thread().await;
+    let runs = format!("/threads/{tid}/runs");
+    let cases = [
+        (
+            runs.clone(),
+            json!({"input": null}),
+            "Invalid request body: `assistant_id` is required",
+        ),
+        (
+            runs.clone(),
+            json!({"assistant_id": 3}),
+            "Invalid request body at `assistant_id`: must be a string",
+        ),
+        (
+            runs.clone(),
+            json!({"assistant_id": "lead_agent", "config": {"configurable": 3}}),
+            "Invalid request body at `config.configurable`: must be an object",
+        ),
+        (
+            runs.clone(),
+            json!({"assistant_id": "lead_agent", "metadata": [1]}),
+            "Invalid request body at `metadata`: must be an object",
+        ),
+        (
+            runs.clone(),
+            json!({"assistant_id": "lead_agent", "durability": "never"}),
+            "Invalid request body at `durability`: 'never' is not one of [\"sync\", \"async\", \"exit\"]",
+        ),
+        (
+            runs.clone(),
+            json!({"assistant_id": "lead_agent", "command": "x"}),
+            "Invalid request body at `command`: must be an object",
+        ),
+        (
+            runs.clone(),
+            json!({"assistant_id": "lead_agent", "after_seconds": "soon"}),
+            "Invalid request body at `after_seconds`: must be a number",
+        ),
+        (
+            "/runs/wait".to_string(),
+            json!({"assistant_id": "lead_agent", "interrupt_before": 7}),
+            "Invalid request body at `interrupt_before`: must be \"*\" or a list of node names",
+        ),
+        (
+            "/api/scheduled-tasks".to_string(),
+            json!({"title": "", "prompt": "p", "schedule_type": "cron",
+                   "schedule_spec": {"cron": "0 9 * * *"}, "timezone": "UTC"}),
+            "Invalid request body at `title`: must not be empty",
+        ),
+    ];
+    for (path, body, detail) in cases {
+        let v = expect_error(&app, "POST", &path, Some(body.clone()), 422, detail).await;
+        assert_eq!(v["detail"], json!(detail), "{path} {body}");
+    }
+    app.stop().await;
+}

@@ -51,7 +51,7 @@ async fn slow_run(a: &TestApp, b: &TestApp) -> (String, String, bool) {
         .await;
     assert_eq!(s, 200, "{run}");
     let rid = run["run_id"].as_str().unwrap().to_string();
-    let on = |app: &TestApp| app.handle.state.rt.queue.active(&rid).is_some();
+    let on = |app: &TestApp| app.handle.state.rt.executes_here(&rid);
     a.eventually(
         "a node executes the run and streams from the model",
         || async { (on(a) || on(b)) && a.mock.chat_requests().len() == 1 },
@@ -84,7 +84,7 @@ async fn a_cancel_on_another_node_reaches_the_run_at_once() {
             .await,
         "the executing node dropped the model stream"
     );
-    assert!(executor.handle.state.rt.queue.active(&rid).is_none());
+    assert!(!executor.handle.state.rt.executes_here(&rid));
     a.stop().await;
     b.stop().await;
 }
@@ -226,7 +226,7 @@ async fn with_redis_a_joined_stream_is_the_executing_nodes_log() {
         .unwrap();
     let (on_a, on_b) = tokio::join!(created.text(), joined.text());
     let (on_a, on_b) = (on_a.unwrap(), on_b.unwrap());
-    assert!(a.handle.state.rt.queue.active(&rid).is_none());
+    assert!(!a.handle.state.rt.executes_here(&rid));
     let ids = |text: &str| -> Vec<String> {
         text.lines()
             .filter_map(|l| l.strip_prefix("id: "))

@@ -938,7 +938,7 @@ async fn a_run_on_another_node_streams_from_this_one() {
             .with_chunk_delay(Duration::from_millis(20)),
     );
     let rid = run_start(&a, &tid, "slow").await;
-    let on = |app: &TestApp| app.handle.state.rt.queue.active(&rid).is_some();
+    let on = |app: &TestApp| app.handle.state.rt.executes_here(&rid);
     a.eventually("a node executes the run", || async { on(&a) || on(&b) })
         .await;
     // Stream it from the node that does not execute it.
