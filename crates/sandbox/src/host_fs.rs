@@ -87,9 +87,8 @@ fn open_root(root: &Path) -> FsResult<OwnedFd> {
         Ok(fd) => Ok(fd),
         // `O_DIRECTORY | O_NOFOLLOW` on a symlink says ENOTDIR: say what it is.
         Err(Errno::NOTDIR)
-            if fs::lstat(root).is_ok_and(|st| {
-                FileType::from_raw_mode(st.st_mode) == FileType::Symlink
-            }) =>
+            if fs::lstat(root)
+                .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Symlink) =>
         {
             Err(FsError::Symlink)
         }
