@@ -8,6 +8,7 @@
 //! size or modification time changed during the run. Hidden entries (`.tool-results/`,
 //! dotfiles) are process files, not deliverables, and are skipped; so are symlinks.
 
+use fawn_sandbox::host_fs::{self, Kind, Visit};
 use fawn_state::{Message, MessageKind, ThreadState};
 use fawn_tools::builtins::normalize_presented_path;
 use serde_json::Value;
@@ -33,41 +34,34 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Reads the tree under `outputs` (missing → empty).
+    /// Reads the tree under `outputs` (missing → empty), through
+    /// [`fawn_sandbox::host_fs::walk`]: symlinks are never followed.
     pub fn take(outputs: &Path) -> Snapshot {
         let mut s = Snapshot {
             files: HashMap::new(),
             complete: true,
         };
-        let mut stack = vec![(outputs.to_path_buf(), String::new())];
-        while let Some((dir, rel)) = stack.pop() {
-            let Ok(entries) = std::fs::read_dir(&dir) else {
-                continue;
-            };
-            for entry in entries.flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if name.starts_with('.') {
-                    continue;
-                }
-                let Ok(kind) = entry.file_type() else {
-                    continue;
-                };
-                let child = format!("{rel}/{name}");
-                if kind.is_dir() {
-                    stack.push((entry.path(), child));
-                } else if kind.is_file() {
+        let _ = host_fs::walk(outputs, Path::new(""), |entry| {
+            if entry.name.as_encoded_bytes().starts_with(b".") {
+                return Visit::Skip;
+            }
+            match entry.kind {
+                Kind::Dir => Visit::Descend,
+                Kind::File => {
                     if s.files.len() >= MAX_FILES {
                         s.complete = false;
-                        return s;
+                        return Visit::Stop;
                     }
                     let meta = entry.metadata().ok();
-                    let size = meta.as_ref().map_or(0, std::fs::Metadata::len);
-                    let modified = meta.and_then(|m| m.modified().ok());
+                    let size = meta.map_or(0, |m| m.len);
+                    let modified = meta.and_then(|m| m.modified);
                     s.files
-                        .insert(format!("{OUTPUTS}{child}"), (size, modified));
+                        .insert(format!("{OUTPUTS}/{}", entry.rel), (size, modified));
+                    Visit::Skip
                 }
+                _ => Visit::Skip,
             }
-        }
+        });
         s
     }
 

@@ -17,6 +17,7 @@
 //! skipped, and so are symlinked directories. Limits are DeerFlow's: 2000 files scanned, 200
 //! listed, 1 MiB of diffs in all; past them the summary says `truncated`.
 
+use fawn_sandbox::host_fs::{self, Entry, Kind, Meta, Visit};
 use fawn_state::JournalEntry;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
@@ -188,18 +189,12 @@ struct Scan {
 
 impl Scan {
     /// Reads one regular file's facts (and text, when wanted and the budget allows).
-    fn file(
-        &mut self,
-        root: &'static str,
-        host: &Path,
-        meta: &std::fs::Metadata,
-        virt: &str,
-    ) -> File {
-        let size = meta.len();
+    fn file(&mut self, root: &'static str, entry: &Entry<'_>, meta: &Meta, virt: &str) -> File {
+        let size = meta.len;
         let mut f = File {
             root,
             size,
-            modified: meta.modified().ok(),
+            modified: meta.modified,
             sha256: None,
             binary: false,
             sensitive: is_sensitive(virt),
@@ -207,7 +202,7 @@ impl Scan {
             reason: None,
             symlink: None,
         };
-        let ext_binary = host
+        let ext_binary = Path::new(&entry.name)
             .extension()
             .and_then(|e| e.to_str())
             .is_some_and(|e| BINARY_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()));
@@ -218,13 +213,15 @@ impl Scan {
             f.reason = Some("binary");
         } else if size > MAX_FILE_BYTES_FOR_DIFF {
             f.reason = Some("large");
-            f.binary = sample(host).is_some_and(|s| looks_binary(&s));
+            f.binary = entry
+                .read_head(SAMPLE_BYTES as u64)
+                .is_ok_and(|s| looks_binary(&s));
             if f.binary {
                 f.reason = Some("binary");
             }
         } else if size > self.budget {
             f.reason = Some("truncated");
-        } else if let Ok(bytes) = std::fs::read(host) {
+        } else if let Ok(bytes) = entry.read(self.budget) {
             self.budget = self.budget.saturating_sub(bytes.len() as u64);
             f.size = bytes.len() as u64;
             f.sha256 = Some(hex::encode(Sha256::digest(&bytes)));
@@ -242,83 +239,63 @@ impl Scan {
         f
     }
 
-    /// Walks one root. `before` lets unchanged files (same kind, size and time) be reused
-    /// without reading them.
+    /// Walks one root ([`host_fs::walk`]: symlinks are listed, never followed). `before`
+    /// lets unchanged files (same kind, size and time) be reused without reading them.
     fn root(&mut self, base: &Path, name: &'static str, prefix: &str, before: Option<&Snapshot>) {
-        let mut stack = vec![(base.to_path_buf(), String::new())];
-        while let Some((dir, rel)) = stack.pop() {
-            let Ok(entries) = std::fs::read_dir(&dir) else {
-                continue;
-            };
-            let mut entries: Vec<_> = entries.flatten().collect();
-            entries.sort_by_key(|e| e.file_name());
-            for entry in entries {
-                let file_name = entry.file_name().to_string_lossy().into_owned();
-                let Ok(kind) = entry.file_type() else {
-                    continue;
-                };
-                let child = format!("{rel}/{file_name}");
-                if kind.is_dir() {
-                    if !EXCLUDED_DIRS.contains(&file_name.as_str()) {
-                        stack.push((entry.path(), child));
-                    }
-                    continue;
+        let _ = host_fs::walk(base, Path::new(""), |entry| {
+            match entry.kind {
+                Kind::Dir => {
+                    let dir_name = entry.name.to_string_lossy();
+                    return if EXCLUDED_DIRS.contains(&dir_name.as_ref()) {
+                        Visit::Skip
+                    } else {
+                        Visit::Descend
+                    };
                 }
-                if !kind.is_file() && !kind.is_symlink() {
-                    continue;
-                }
-                if self.scanned >= MAX_SCANNED_FILES {
-                    self.truncated = true;
-                    return;
-                }
-                let virt = format!("{prefix}{child}");
-                let host = entry.path();
-                let Ok(meta) = std::fs::symlink_metadata(&host) else {
-                    continue;
-                };
-                let file = if kind.is_symlink() {
-                    let target = std::fs::read_link(&host)
-                        .ok()
-                        .map(|t| t.to_string_lossy().into_owned());
-                    File {
-                        root: name,
-                        size: meta.len(),
-                        modified: meta.modified().ok(),
-                        sha256: None,
-                        binary: false,
-                        sensitive: is_sensitive(&virt),
-                        text: None,
-                        reason: Some("symlink"),
-                        symlink: Some(target),
-                    }
-                } else {
-                    let known = before.and_then(|b| b.files.get(&virt)).filter(|f| {
-                        f.symlink.is_none()
-                            && f.size == meta.len()
-                            && f.modified.is_some()
-                            && f.modified == meta.modified().ok()
-                    });
-                    match known {
-                        Some(f) => f.clone(),
-                        None => self.file(name, &host, &meta, &virt),
-                    }
-                };
-                self.scanned += 1;
-                self.files.insert(virt, file);
+                Kind::File | Kind::Symlink => {}
+                Kind::Other => return Visit::Skip,
             }
-        }
+            if self.scanned >= MAX_SCANNED_FILES {
+                self.truncated = true;
+                return Visit::Stop;
+            }
+            let virt = format!("{prefix}/{}", entry.rel);
+            let Ok(meta) = entry.metadata() else {
+                return Visit::Skip;
+            };
+            let file = if entry.kind == Kind::Symlink {
+                let target = entry
+                    .read_link()
+                    .ok()
+                    .map(|t| t.to_string_lossy().into_owned());
+                File {
+                    root: name,
+                    size: meta.len,
+                    modified: meta.modified,
+                    sha256: None,
+                    binary: false,
+                    sensitive: is_sensitive(&virt),
+                    text: None,
+                    reason: Some("symlink"),
+                    symlink: Some(target),
+                }
+            } else {
+                let known = before.and_then(|b| b.files.get(&virt)).filter(|f| {
+                    f.symlink.is_none()
+                        && f.size == meta.len
+                        && f.modified.is_some()
+                        && f.modified == meta.modified
+                });
+                match known {
+                    Some(f) => f.clone(),
+                    None => self.file(name, entry, &meta, &virt),
+                }
+            };
+            self.scanned += 1;
+            self.files.insert(virt, file);
+            Visit::Skip
+        });
     }
-}
-
-fn sample(host: &Path) -> Option<Vec<u8>> {
-    use std::io::Read;
-    let mut buf = Vec::with_capacity(SAMPLE_BYTES);
-    std::fs::File::open(host)
-        .ok()?
-        .take(SAMPLE_BYTES as u64)
-        .read_to_end(&mut buf)
-        .ok()?;
-    Some(buf)
 }
 
 impl Snapshot {

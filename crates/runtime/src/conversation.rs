@@ -36,7 +36,6 @@ use fawn_middleware::uploads::ORIGINAL_USER_CONTENT_KEY;
 use fawn_state::{Message, MessageKind, REMOVE_ALL_MESSAGES, StateUpdate, ThreadState};
 use serde_json::{Map, Value, json};
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
 use std::sync::Arc;
 
 /// Most checkpoints a lineage walk or a branch search reads.
@@ -820,53 +819,31 @@ async fn seed_journal(
     }
 }
 
-/// Copies the source thread's files into the branch's (best effort).
+/// Copies the source thread's files into the branch's (best effort): through
+/// [`fawn_sandbox::host_fs::copy_tree`], so symlinks are skipped, never followed; unfinished
+/// uploads (`.upload-*.part`) are skipped too.
 async fn copy_files(rt: &Runtime, from: &str, to: &str) -> &'static str {
+    use fawn_sandbox::host_fs::{self, FsError};
     if !fawn_sandbox::valid_thread_id(from) || !fawn_sandbox::valid_thread_id(to) {
         return "failed";
     }
     let src = fawn_sandbox::ThreadPaths::new(&rt.settings.home, &rt.user_id, from).user_data;
     let dst = fawn_sandbox::ThreadPaths::new(&rt.settings.home, &rt.user_id, to).user_data;
-    let copied = tokio::task::spawn_blocking(move || {
-        if !src.is_dir() {
-            return Ok(false);
-        }
-        copy_tree(&src, &dst).map(|()| true)
+    let copied = host_fs::blocking(move || {
+        host_fs::copy_tree(&src, &dst, |name| {
+            let text = name.to_string_lossy();
+            text.starts_with(".upload-") && text.ends_with(".part")
+        })
     })
     .await;
     match copied {
-        Ok(Ok(true)) => "current_thread_best_effort",
-        Ok(Ok(false)) => "not_found",
-        Ok(Err(e)) => {
-            tracing::warn!(from, to, error = %e, "copying a branch's files failed");
-            "failed"
-        }
+        Ok(()) => "current_thread_best_effort",
+        Err(FsError::NotFound | FsError::NotDir) => "not_found",
         Err(e) => {
             tracing::warn!(from, to, error = %e, "copying a branch's files failed");
             "failed"
         }
     }
-}
-
-/// Copies a directory tree; symlinks and unfinished uploads (`.upload-*.part`) are skipped.
-fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let kind = entry.file_type()?;
-        let name = entry.file_name();
-        let text = name.to_string_lossy();
-        if kind.is_symlink() || (text.starts_with(".upload-") && text.ends_with(".part")) {
-            continue;
-        }
-        let target = to.join(&name);
-        if kind.is_dir() {
-            copy_tree(&entry.path(), &target)?;
-        } else if kind.is_file() {
-            std::fs::copy(entry.path(), &target)?;
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -25,17 +25,29 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
 
-/// Why a confined operation failed. Carries no host path.
-#[derive(Debug)]
-pub(crate) enum FsError {
+/// Why a confined operation failed. Carries no host path (also in its `Display`).
+#[derive(Debug, thiserror::Error)]
+pub enum FsError {
+    #[error("not found")]
     NotFound,
-    /// Escape attempt, symlinked destination, hard-linked destination, or EACCES/EPERM/EROFS.
+    /// Escape attempt (`..`, an absolute path, a symlink leading out), a NUL byte, a
+    /// hard-linked destination, or EACCES/EPERM/EROFS.
+    #[error("{0}")]
     Denied(&'static str),
+    /// A symbolic link where none may be (`ELOOP`: a symlinked destination, any symlink on
+    /// a path that must have none, or a symlink loop).
+    #[error("symbolic link refused")]
+    Symlink,
+    #[error("is a directory")]
     IsDir,
+    #[error("not a directory")]
     NotDir,
-    /// A FIFO, socket or device.
+    /// A FIFO, socket or device (or, where a file is expected, anything but a file).
+    #[error("not a regular file")]
     NotRegular,
+    #[error("too large ({0} bytes)")]
     TooLarge(u64),
+    #[error("I/O error: {0}")]
     Other(std::io::Error),
 }
 
@@ -44,7 +56,7 @@ impl From<Errno> for FsError {
         match e {
             Errno::NOENT => FsError::NotFound,
             Errno::XDEV => FsError::Denied("path escapes its root"),
-            Errno::LOOP => FsError::Denied("symbolic link refused"),
+            Errno::LOOP => FsError::Symlink,
             Errno::ACCESS | Errno::PERM => FsError::Denied("permission denied"),
             Errno::ROFS => FsError::Denied("read-only file system"),
             Errno::ISDIR => FsError::IsDir,
@@ -64,7 +76,8 @@ impl From<std::io::Error> for FsError {
     }
 }
 
-pub(crate) type FsResult<T> = Result<T, FsError>;
+/// The result of a confined operation.
+pub type FsResult<T> = Result<T, FsError>;
 
 /// Opens the directory every operation of a mount is confined beneath.
 pub(crate) fn open_root(host_root: &Path) -> FsResult<OwnedFd> {
@@ -75,10 +88,16 @@ pub(crate) fn open_root(host_root: &Path) -> FsResult<OwnedFd> {
     )?)
 }
 
-fn normal_components(rel: &Path) -> FsResult<Vec<&OsStr>> {
+/// The one path rule of the crate: a path relative to a root is a list of normal components.
+/// `.` is dropped; `..`, an absolute path and a NUL byte are refused (never interpreted).
+/// Resolution against the root (symlinks) is the kernel's, in [`open_beneath`].
+pub(crate) fn normal_components(rel: &Path) -> FsResult<Vec<&OsStr>> {
     let mut out = Vec::new();
     for c in rel.components() {
         match c {
+            Component::Normal(s) if s.as_bytes().contains(&0) => {
+                return Err(FsError::Denied("path contains a NUL byte"));
+            }
             Component::Normal(s) => out.push(s),
             Component::CurDir => {}
             // Never produced by `vpath`; refuse rather than interpret.
@@ -97,6 +116,28 @@ pub(crate) fn open_beneath(
     flags: OFlags,
     mode: Mode,
 ) -> FsResult<OwnedFd> {
+    open_beneath_with(root, rel, flags, mode, ResolveFlags::empty())
+}
+
+/// Opens `rel` beneath `root` with no symlink anywhere on the way or at the leaf
+/// ([`FsError::Symlink`] otherwise). `flags` must not hold `O_PATH | O_NOFOLLOW` (that pair
+/// would open a leaf symlink itself).
+pub(crate) fn open_beneath_no_symlinks(
+    root: BorrowedFd<'_>,
+    rel: &Path,
+    flags: OFlags,
+    mode: Mode,
+) -> FsResult<OwnedFd> {
+    open_beneath_with(root, rel, flags, mode, ResolveFlags::NO_SYMLINKS)
+}
+
+fn open_beneath_with(
+    root: BorrowedFd<'_>,
+    rel: &Path,
+    flags: OFlags,
+    mode: Mode,
+    extra: ResolveFlags,
+) -> FsResult<OwnedFd> {
     let comps = normal_components(rel)?;
     let path: &Path = if comps.is_empty() {
         Path::new(".")
@@ -111,7 +152,7 @@ pub(crate) fn open_beneath(
                 path,
                 flags | OFlags::CLOEXEC,
                 mode,
-                ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+                ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS | extra,
             ) {
                 Ok(fd) => return Ok(fd),
                 // A rename raced with the lookup: the kernel asks us to retry.
@@ -149,7 +190,7 @@ pub(crate) fn open_beneath(
         mode,
     )?;
     if FileType::from_raw_mode(fs::fstat(&fd)?.st_mode) == FileType::Symlink {
-        return Err(FsError::Denied("symbolic link refused"));
+        return Err(FsError::Symlink);
     }
     Ok(fd)
 }
@@ -225,10 +266,7 @@ fn make_dirs(root: BorrowedFd<'_>, rel: &Path, owner: Option<(u32, u32)>) -> FsR
                     dir_flags | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                     Mode::empty(),
                 )
-                .map_err(|e| match e {
-                    Errno::LOOP => FsError::Denied("symbolic link refused"),
-                    other => FsError::from(other),
-                })?;
+                .map_err(FsError::from)?;
             }
             Err(e) => return Err(e.into()),
         }
@@ -416,11 +454,11 @@ mod tests {
         );
         assert!(matches!(
             write_file(&root, Path::new("inside"), b"x", false, None),
-            Err(FsError::Denied(_))
+            Err(FsError::Symlink)
         ));
         assert!(matches!(
             write_file(&root, Path::new("up"), b"x", false, None),
-            Err(FsError::Denied(_))
+            Err(FsError::Symlink)
         ));
         assert_eq!(std::fs::read(tmp.path().join("secret")).unwrap(), b"s");
         std::os::unix::fs::symlink(tmp.path(), root.join("dirlink")).unwrap();

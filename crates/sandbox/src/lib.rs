@@ -10,12 +10,15 @@
 //! Layout: [`vpath`] parses virtual paths and maps them onto mounts; `confined` does every
 //! file operation relative to a directory handle with `openat2(RESOLVE_BENEATH)` so that no
 //! `..`, symlink or rename race can leave the mount; `search` is glob/grep on top of it;
-//! `exec` runs bash under bubblewrap; [`mask`] turns host paths back into virtual ones;
+//! `exec` runs bash under bubblewrap; [`host_fs`] is the same rule for the other crates'
+//! host-side work on thread files (branch copies, staged replaces, walks, removal);
+//! [`mask`] turns host paths back into virtual ones;
 //! [`output`] formats and truncates tool texts the way DeerFlow does; [`local`] ties it
 //! together as [`LocalSandboxProvider`].
 
 mod confined;
 mod exec;
+pub mod host_fs;
 mod hostguard;
 pub mod local;
 pub mod mask;

@@ -556,6 +556,9 @@ fn fs_error(e: FsError, path: &str) -> SandboxError {
     match e {
         FsError::NotFound => SandboxError::NotFound(path.to_string()),
         FsError::Denied(why) => SandboxError::PermissionDenied(format!("{path}: {why}")),
+        FsError::Symlink => {
+            SandboxError::PermissionDenied(format!("{path}: symbolic link refused"))
+        }
         FsError::IsDir => SandboxError::IsADirectory(path.to_string()),
         FsError::NotDir => SandboxError::NotADirectory(path.to_string()),
         FsError::NotRegular => SandboxError::Invalid(format!("{path} is not a regular file")),

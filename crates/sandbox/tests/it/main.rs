@@ -7,3 +7,4 @@
 mod bash;
 mod common;
 mod files;
+mod host_fs;

@@ -36,8 +36,9 @@
 //!   it) → 412; the thread is busy (a run pending or in flight) → 409;
 //! * the new content is written through the sandbox under a staging name in the same
 //!   directory (so it is confined, counted against the quota and owned like the agent's
-//!   files), given the old file's permissions and renamed over it: readers see the old file
-//!   or the new one. Answer: `{path, sha256, size}` with the virtual path.
+//!   files), then given the old file's permissions and renamed over it by
+//!   [`fawn_sandbox::host_fs::replace_file`]: readers see the old file or the new one.
+//!   Answer: `{path, sha256, size}` with the virtual path.
 //!
 //! The busy check is not a lock: a run created between the check and the rename may see
 //! either version of the file.
@@ -54,6 +55,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use fawn_checkpoint::ThreadStatus;
+use fawn_sandbox::host_fs::{self, FsError, Kind, Replace};
 use fawn_sandbox::{SandboxError, SandboxProvider};
 use fawn_tools::skills::archive::{self, MAX_ARCHIVE_BYTES, MemberError};
 use serde::Deserialize;
@@ -247,7 +249,7 @@ pub async fn get(
     let download = q.bool("download")?.unwrap_or(false);
     // A thread without files has no artifacts (and is not given a directory by asking).
     let user_data = app.services.sandbox.thread_paths(&thread_id).user_data;
-    if !tokio::fs::try_exists(&user_data).await.unwrap_or(false) {
+    if !host_fs::is_dir(&user_data) {
         return Err(ApiError::not_found(format!("Artifact not found: {rel}")));
     }
     let sandbox = thread_sandbox(&app, &thread_id).await?;
@@ -398,39 +400,33 @@ pub async fn put(
     }
     // A thread without files has no artifacts (and is not given a directory by asking).
     let outputs = app.services.sandbox.thread_paths(&thread_id).outputs;
-    if !tokio::fs::try_exists(&outputs).await.unwrap_or(false) {
+    if !host_fs::is_dir(&outputs) {
         return Err(not_found());
     }
     let sandbox = thread_sandbox(&app, &thread_id).await?;
     let _guard = sandbox.lock_path(&virtual_path).await;
-    // The rename below works on host paths: nothing on the way may be a symlink.
-    let mut host = sandbox.paths().outputs.clone();
-    let last = segments.len() - 1;
-    let mut permissions = None;
-    for (i, seg) in segments.iter().enumerate() {
-        host.push(seg);
-        let meta = match tokio::fs::symlink_metadata(&host).await {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_found()),
-            Err(e) => return Err(ApiError::internal("reading an artifact", e)),
-        };
-        if meta.file_type().is_symlink() {
+    // The rename below works on host files: nothing on the way may be a symlink.
+    let rel: std::path::PathBuf = segments.iter().collect();
+    let meta = {
+        let (outputs, rel) = (outputs.clone(), rel.clone());
+        host_fs::blocking(move || host_fs::metadata(&outputs, &rel)).await
+    };
+    match meta {
+        Ok(m) if m.kind == Kind::Symlink => {
             return Err(unsupported("Symlinked artifacts cannot be edited"));
         }
-        if i < last && !meta.is_dir() {
-            return Err(not_found());
+        Ok(m) if m.kind != Kind::File => {
+            return Err(ApiError::bad_request(format!(
+                "Path is not a file: {shown}"
+            )));
         }
-        if i == last {
-            if !meta.is_file() {
-                return Err(ApiError::bad_request(format!(
-                    "Path is not a file: {shown}"
-                )));
-            }
-            if meta.len() > MAX_EDITABLE_BYTES {
-                return Err(too_large_to_edit());
-            }
-            permissions = Some(meta.permissions());
+        Ok(m) if m.len > MAX_EDITABLE_BYTES => return Err(too_large_to_edit()),
+        Ok(_) => {}
+        Err(FsError::Symlink) => {
+            return Err(unsupported("Symlinked artifacts cannot be edited"));
         }
+        Err(FsError::NotFound | FsError::NotDir) => return Err(not_found()),
+        Err(e) => return Err(ApiError::internal("reading an artifact", e)),
     }
     let current = match sandbox.read_bytes(&virtual_path, MAX_EDITABLE_BYTES).await {
         Ok(b) => b,
@@ -461,36 +457,31 @@ pub async fn put(
         .rsplit_once('/')
         .map(|(p, _)| p)
         .unwrap_or(fawn_sandbox::VIRTUAL_OUTPUTS);
+    let staged = rel.with_file_name(&staging);
     if let Err(e) = sandbox
         .write_bytes(&format!("{parent_virtual}/{staging}"), &updated)
         .await
     {
+        // A write that failed half-way leaves no staged part behind.
+        let (outputs, staged) = (outputs.clone(), staged.clone());
+        let _ = host_fs::blocking(move || host_fs::remove_file(&outputs, &staged)).await;
         return Err(match e {
             SandboxError::TooLarge(m) => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, m),
             other => sandbox_error(shown, other),
         });
     }
-    let host_tmp = host.with_file_name(&staging);
-    let replaced = async {
-        if let Some(p) = permissions {
-            tokio::fs::set_permissions(&host_tmp, p).await?;
-        }
-        // Checked again right before the rename: still a regular file, not a symlink.
-        let meta = tokio::fs::symlink_metadata(&host).await?;
-        if !meta.file_type().is_file() {
-            return Err(std::io::Error::other(
-                "the artifact is no longer a regular file",
-            ));
-        }
-        tokio::fs::rename(&host_tmp, &host).await
-    }
-    .await;
-    if let Err(e) = replaced {
-        let _ = tokio::fs::remove_file(&host_tmp).await;
-        return Err(match e.kind() {
-            std::io::ErrorKind::NotFound => not_found(),
-            _ => ApiError::internal("replacing an artifact", e),
-        });
+    // Renamed over the file with its permissions (checked again right before the rename:
+    // still a regular file, not a symlink); on failure the staged file is removed.
+    let how = Replace {
+        must_exist: true,
+        keep_mode: true,
+    };
+    let replaced =
+        host_fs::blocking(move || host_fs::replace_file(&outputs, &staged, &rel, how)).await;
+    match replaced {
+        Ok(()) => {}
+        Err(FsError::NotFound) => return Err(not_found()),
+        Err(e) => return Err(ApiError::internal("replacing an artifact", e)),
     }
     Ok(ok(&json!({
         "path": virtual_path,

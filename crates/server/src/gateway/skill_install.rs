@@ -73,7 +73,7 @@ pub async fn install(
     let not_found = || ApiError::not_found(format!("Skill file not found: {}", body.path));
     // A thread without files has none to install (and is not given a directory by asking).
     let user_data = app.services.sandbox.thread_paths(&thread_id).user_data;
-    if !tokio::fs::try_exists(&user_data).await.unwrap_or(false) {
+    if !fawn_sandbox::host_fs::is_dir(&user_data) {
         return Err(not_found());
     }
     let sandbox = thread_sandbox(&app, &thread_id).await?;

@@ -15,7 +15,8 @@
 //! * **Writes**: each file is written through the thread's sandbox
 //!   ([`fawn_sandbox::Sandbox::write_bytes`], so the agent's sandboxed `bash` owns and can
 //!   edit it) under a staging name `.upload-<uuid>.part`; only when every part was read and
-//!   checked are the staged files renamed onto their names. A destination that is a symlink
+//!   checked are the staged files renamed onto their names
+//!   ([`fawn_sandbox::host_fs::replace_file`]). A destination that is a symlink
 //!   or not a regular file is left alone and its upload reported in `skipped_files`
 //!   (`success: false`). Any failure removes every staged file. One file is held in memory at
 //!   a time (at most `max_file_size`).
@@ -36,6 +37,7 @@ use axum::extract::State;
 use axum::extract::multipart::{Field, Multipart, MultipartError, MultipartRejection};
 use axum::http::StatusCode;
 use axum::response::Response;
+use fawn_sandbox::host_fs::{self, FsError, Kind, Replace, Visit};
 use fawn_sandbox::{Sandbox, SandboxError, SandboxProvider, VIRTUAL_UPLOADS};
 use serde_json::{Map, Value, json};
 use std::collections::HashSet;
@@ -183,13 +185,18 @@ struct Staged {
 
 /// Removes staged files (best effort).
 async fn discard(dir: &std::path::Path, staged: &[Staged]) {
-    for s in staged {
-        if let Err(e) = tokio::fs::remove_file(dir.join(&s.staged)).await
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            tracing::warn!(file = %s.staged, error = %e, "staged upload not removed");
+    let dir = dir.to_path_buf();
+    let names: Vec<String> = staged.iter().map(|s| s.staged.clone()).collect();
+    let _ = host_fs::blocking(move || {
+        for name in names {
+            match host_fs::remove_file(&dir, std::path::Path::new(&name)) {
+                Ok(()) | Err(FsError::NotFound) => {}
+                Err(e) => tracing::warn!(file = %name, error = %e, "staged upload not removed"),
+            }
         }
-    }
+        Ok(())
+    })
+    .await;
 }
 
 /// Reads and discards what is left of a rejected request, up to [`DRAIN_CAP`].
@@ -349,32 +356,32 @@ async fn publish(
     staged: Vec<Staged>,
     mut skipped: Vec<String>,
 ) -> ApiResult<Response> {
-    match tokio::fs::symlink_metadata(dir).await {
-        Ok(m) if m.is_dir() => {}
-        _ => {
-            discard(dir, &staged).await;
-            return Err(ApiError::internal(
-                "storing uploads",
-                "the uploads directory is not a directory",
-            ));
-        }
+    if !host_fs::is_dir(dir) {
+        discard(dir, &staged).await;
+        return Err(ApiError::internal(
+            "storing uploads",
+            "the uploads directory is not a directory",
+        ));
     }
     let mut files: Vec<Value> = Vec::new();
     for (i, s) in staged.iter().enumerate() {
-        let dest = dir.join(&s.name);
-        let unsafe_dest = match tokio::fs::symlink_metadata(&dest).await {
-            Ok(m) => !m.file_type().is_file(),
-            Err(_) => false,
-        };
-        if unsafe_dest {
-            tracing::warn!(file = %s.name, %thread_id, "upload destination is not a regular file; skipped");
-            discard(dir, std::slice::from_ref(s)).await;
-            skipped.push(s.name.clone());
-            continue;
-        }
-        if let Err(e) = tokio::fs::rename(dir.join(&s.staged), &dest).await {
-            discard(dir, &staged[i..]).await;
-            return Err(ApiError::internal("storing uploads", e));
+        let (root, from, to) = (dir.to_path_buf(), s.staged.clone(), s.name.clone());
+        let renamed = host_fs::blocking(move || {
+            host_fs::replace_file(&root, from.as_ref(), to.as_ref(), Replace::default())
+        })
+        .await;
+        match renamed {
+            Ok(()) => {}
+            // The staged file is gone with the error.
+            Err(FsError::Symlink | FsError::NotRegular | FsError::IsDir) => {
+                tracing::warn!(file = %s.name, %thread_id, "upload destination is not a regular file; skipped");
+                skipped.push(s.name.clone());
+                continue;
+            }
+            Err(e) => {
+                discard(dir, &staged[i..]).await;
+                return Err(ApiError::internal("storing uploads", e));
+            }
         }
         let mut info = file_info(thread_id, &s.name, s.size);
         if s.name != s.original {
@@ -405,45 +412,44 @@ pub async fn list(
 ) -> ApiResult<Response> {
     let thread_id = thread_param(&thread_id)?;
     let dir = uploads_dir(&app, &thread_id);
-    let mut files: Vec<(String, Value)> = Vec::new();
-    match tokio::fs::read_dir(&dir).await {
-        Ok(mut rd) => loop {
-            let entry = match rd.next_entry().await {
-                Ok(Some(e)) => e,
-                Ok(None) => break,
-                Err(e) => return Err(ApiError::internal("listing uploads", e)),
+    let listed = host_fs::blocking(move || {
+        let mut files: Vec<(String, host_fs::Meta)> = Vec::new();
+        host_fs::walk(&dir, std::path::Path::new(""), |entry| {
+            let name = match entry.name.to_str() {
+                Some(n) if entry.kind == Kind::File && !is_staging(n) => n.to_string(),
+                _ => return Visit::Skip,
             };
-            let Ok(name) = entry.file_name().into_string() else {
-                continue;
-            };
-            if is_staging(&name) {
-                continue;
+            if let Ok(meta) = entry.metadata() {
+                files.push((name, meta));
             }
-            let Ok(meta) = tokio::fs::symlink_metadata(entry.path()).await else {
-                continue;
-            };
-            if !meta.file_type().is_file() {
-                continue;
-            }
-            let mut info = file_info(&thread_id, &name, meta.len());
-            let extension = match name.rfind('.') {
-                Some(i) if i > 0 => name[i..].to_ascii_lowercase(),
-                _ => String::new(),
-            };
-            info.insert("extension".into(), json!(extension));
-            let modified = meta
-                .modified()
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map(|d| d.as_secs_f64());
-            info.insert("modified".into(), json!(modified));
-            files.push((name, Value::Object(info)));
             if files.len() >= 10_000 {
-                break;
+                Visit::Stop
+            } else {
+                Visit::Skip
             }
-        },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        })
+        .map(|()| files)
+    })
+    .await;
+    let listed = match listed {
+        Ok(files) => files,
+        Err(FsError::NotFound) => Vec::new(),
         Err(e) => return Err(ApiError::internal("listing uploads", e)),
+    };
+    let mut files: Vec<(String, Value)> = Vec::new();
+    for (name, meta) in listed {
+        let mut info = file_info(&thread_id, &name, meta.len);
+        let extension = match name.rfind('.') {
+            Some(i) if i > 0 => name[i..].to_ascii_lowercase(),
+            _ => String::new(),
+        };
+        info.insert("extension".into(), json!(extension));
+        let modified = meta
+            .modified
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_secs_f64());
+        info.insert("modified".into(), json!(modified));
+        files.push((name, Value::Object(info)));
     }
     files.sort_by(|a, b| a.0.cmp(&b.0));
     let count = files.len();
@@ -486,20 +492,14 @@ pub async fn delete(
         return Err(ApiError::bad_request("Invalid path"));
     }
     let dir = uploads_dir(&app, &thread_id);
-    let path = dir.join(&filename);
-    match tokio::fs::symlink_metadata(&path).await {
-        Ok(m) if m.is_dir() => {
+    let (root, name) = (dir.clone(), filename.clone());
+    let removed = host_fs::blocking(move || host_fs::remove_file(&root, name.as_ref())).await;
+    match removed {
+        Ok(()) => {}
+        Err(FsError::IsDir) => {
             return Err(ApiError::bad_request(format!("Not a file: {filename}")));
         }
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(ApiError::not_found(format!("File not found: {filename}")));
-        }
-        Err(e) => return Err(ApiError::internal("deleting an upload", e)),
-    }
-    match tokio::fs::remove_file(&path).await {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        Err(FsError::NotFound) => {
             return Err(ApiError::not_found(format!("File not found: {filename}")));
         }
         Err(e) => return Err(ApiError::internal("deleting an upload", e)),
@@ -510,12 +510,12 @@ pub async fn delete(
             Some(i) if i > 0 => &filename[..i],
             _ => filename.as_str(),
         };
-        let md = dir.join(format!("{stem}.md"));
-        if let Ok(m) = tokio::fs::symlink_metadata(&md).await
-            && !m.is_dir()
-            && let Err(e) = tokio::fs::remove_file(&md).await
-        {
-            tracing::warn!(file = %md.display(), error = %e, "sibling markdown not removed");
+        let md = format!("{stem}.md");
+        let shown = md.clone();
+        let removed = host_fs::blocking(move || host_fs::remove_file(&dir, md.as_ref())).await;
+        match removed {
+            Ok(()) | Err(FsError::NotFound | FsError::IsDir) => {}
+            Err(e) => tracing::warn!(file = %shown, error = %e, "sibling markdown not removed"),
         }
     }
     Ok(ok(
