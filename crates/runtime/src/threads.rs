@@ -21,10 +21,10 @@ pub async fn delete_thread_files(rt: &Runtime, thread_id: &str) {
         return;
     }
     let paths = fawn_sandbox::ThreadPaths::new(&rt.settings.home, &rt.user_id, thread_id);
-    match tokio::fs::remove_dir_all(&paths.thread_dir).await {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => tracing::warn!(%thread_id, error = %e, "deleting thread files failed"),
+    let dir = paths.thread_dir;
+    let removed = fawn_sandbox::host_fs::blocking(move || fawn_sandbox::host_fs::remove_tree(&dir));
+    if let Err(e) = removed.await {
+        tracing::warn!(%thread_id, error = %e, "deleting thread files failed");
     }
 }
 
