@@ -22,10 +22,12 @@ mod cache;
 pub mod ids;
 pub mod journal;
 pub mod json;
+pub mod retention;
 pub mod types;
 
 pub use ids::{checkpoint_id_after, new_checkpoint_id};
 pub use journal::*;
+pub use retention::{ExpiredRuns, PruneOutcome, PrunePolicy, RetentionStore};
 pub use types::*;
 
 use async_trait::async_trait;
@@ -403,6 +405,7 @@ pub trait Persistence:
     + ItemStore
     + UserStore
     + JournalStore
+    + RetentionStore
 {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;

@@ -694,6 +694,11 @@ fn migrator(dialect: Dialect) -> Migrator {
                 "packed snapshots",
                 include_str!("../../../../migrations/sqlite/0008_packed_snapshots.sql"),
             ),
+            (
+                9,
+                "maintenance leases",
+                include_str!("../../../../migrations/sqlite/0009_maintenance_leases.sql"),
+            ),
         ],
         Dialect::Postgres => &[
             (
@@ -750,6 +755,11 @@ fn migrator(dialect: Dialect) -> Migrator {
                 11,
                 "user needs_setup",
                 include_str!("../../../../migrations/postgres/0011_user_needs_setup.sql"),
+            ),
+            (
+                12,
+                "maintenance leases",
+                include_str!("../../../../migrations/postgres/0012_maintenance_leases.sql"),
             ),
         ],
     };
