@@ -327,6 +327,14 @@ async fn prune_batch(
                         joined.push(Value::Array(vec![Value::String(node), update]));
                     }
                 }
+                // Joined writes are as large as a turn: on SQLite they are stored packed,
+                // like snapshots (every reader of `writes` unpacks them).
+                let text = Value::Array(joined).to_string();
+                let stored = match dialect {
+                    Dialect::Sqlite => super::pack::pack(&text).map(|b| Arg::Blob(Some(b))),
+                    Dialect::Postgres => None,
+                }
+                .unwrap_or(Arg::Text(Some(text)));
                 tx.exec(
                     Sql::new(concat!(
                         "UPDATE checkpoints SET writes = $4 WHERE thread_id = $1 ",
@@ -335,7 +343,7 @@ async fn prune_batch(
                     .bind(thread_id)
                     .bind(id.as_str())
                     .bind(path.first().cloned())
-                    .bind(Value::Array(joined).to_string()),
+                    .arg(stored),
                 )
                 .await?;
                 out.rebased += 1;
