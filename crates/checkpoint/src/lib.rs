@@ -762,6 +762,7 @@ mod tests {
                     Some(CheckpointerConfig {
                         kind: Some("postgres".into()),
                         connection_string: Some("postgresql://x/y".into()),
+                        ..Default::default()
                     }),
                 ),
                 BackendConfig::Postgres {
@@ -775,6 +776,7 @@ mod tests {
                     Some(CheckpointerConfig {
                         kind: Some("sqlite".into()),
                         connection_string: Some("checkpoints.db".into()),
+                        ..Default::default()
                     }),
                 ),
                 sqlite("/srv/fawn/checkpoints.db"),

@@ -288,7 +288,7 @@ fn retention(cp: &crate::CheckpointerConfig, r: &mut Report) {
         }
         for (key, v) in [("keep_days", ret.keep_days), ("runs_days", ret.runs_days)] {
             if let Some(v) = v
-                && !(v >= 0.0 && v <= MAX_MINUTES / 1440.0)
+                && !(0.0..=MAX_MINUTES / 1440.0).contains(&v)
             {
                 r.error(
                     format!("checkpointer.retention.{key}"),
