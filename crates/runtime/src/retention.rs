@@ -242,3 +242,56 @@ pub async fn sweeper(rt: Rt) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_from_config() {
+        assert_eq!(RetentionPolicy::from_config(None), None);
+        // A `checkpointer:` section with only the backend keys sweeps nothing.
+        let backend_only = CheckpointerConfig {
+            kind: Some("sqlite".into()),
+            ..CheckpointerConfig::default()
+        };
+        assert_eq!(RetentionPolicy::from_config(Some(&backend_only)), None);
+        let cp = CheckpointerConfig {
+            ttl: Some(CheckpointerTtlConfig {
+                strategy: "keep_latest".into(),
+                sweep_interval_minutes: 0.5,
+                default_ttl: Some(60.0),
+            }),
+            retention: Some(RetentionConfig {
+                keep_turns: Some(3),
+                keep_days: Some(1.0),
+                runs_days: Some(2.0),
+                batch: 50,
+            }),
+            ..CheckpointerConfig::default()
+        };
+        let p = RetentionPolicy::from_config(Some(&cp)).unwrap();
+        assert_eq!(p.interval, Duration::from_secs(30));
+        assert_eq!(
+            p.idle_threads,
+            Some((Duration::from_secs(3600), PruneStrategy::KeepLatest))
+        );
+        assert_eq!(p.keep_turns, Some(3));
+        assert_eq!(p.keep_age, Some(Duration::from_secs(86_400)));
+        assert_eq!(p.runs_age, Some(Duration::from_secs(2 * 86_400)));
+        assert_eq!(p.batch, 50);
+        assert!(p.prunes());
+        // Retention keys alone use the default interval.
+        let only_runs = CheckpointerConfig {
+            retention: Some(RetentionConfig {
+                runs_days: Some(30.0),
+                ..RetentionConfig::default()
+            }),
+            ..CheckpointerConfig::default()
+        };
+        let p = RetentionPolicy::from_config(Some(&only_runs)).unwrap();
+        assert_eq!(p.interval, Duration::from_secs(3600));
+        assert!(!p.prunes());
+        assert_eq!(p.idle_threads, None);
+    }
+}

@@ -1,6 +1,6 @@
 //! Retention on a lead-agent thread, on both backends: after a sweep pruned its step
 //! checkpoints, the history's kept entries read back the same values, and regenerate and
-//! branch still work on it.
+//! branch still work on it; then its finished runs expire and the idle threads go.
 
 use crate::helpers::run_to_success as run;
 use crate::helpers::*;
@@ -143,5 +143,28 @@ async fn pruned_thread_keeps_history_regenerate_and_branch(db: Db) {
         ids(&messages(&app, branch).await),
         ids(&msgs)[..=upto].to_vec()
     );
+
+    // Finished runs expire with their journal rows; then idle threads go.
+    let expire = RetentionPolicy {
+        keep_turns: None,
+        runs_age: Some(Duration::ZERO),
+        ..policy.clone()
+    };
+    let report = sweep_once(&rt, &expire, "node-a").await.unwrap().unwrap();
+    assert_eq!(report.runs, 6, "{report:?}");
+    assert!(report.run_events > 0, "{report:?}");
+    let (s, r) = app.get_json(&format!("/threads/{tid}/runs/{rid}")).await;
+    assert_eq!(s, 404, "{r}");
+    let idle = RetentionPolicy {
+        keep_turns: None,
+        idle_threads: Some((Duration::ZERO, fawn_checkpoint::PruneStrategy::Delete)),
+        ..policy
+    };
+    let report = sweep_once(&rt, &idle, "node-a").await.unwrap().unwrap();
+    assert_eq!(report.threads_removed, 2, "{report:?}");
+    for t in [tid.as_str(), branch] {
+        let (s, _) = app.get_json(&format!("/threads/{t}")).await;
+        assert_eq!(s, 404);
+    }
     app.stop().await;
 }
