@@ -16,7 +16,9 @@
 //! same transaction: the writes of the removed steps are put in front of its own (exact:
 //! only writes the replayer already folds into one are joined), or, when that is not
 //! exact (removals of messages, writes whose message ids were assigned when they were
-//! stored), it gets a snapshot of its own.
+//! stored), it gets a snapshot of its own. A batch is planned (and the joined writes
+//! computed) from a read; the write transaction only checks that what the plan relied on
+//! is unchanged (else the batch is left for the next sweep) and applies it.
 
 use chrono::{DateTime, Utc};
 
@@ -39,7 +41,7 @@ impl Default for PrunePolicy {
         PrunePolicy {
             keep_turns: None,
             keep_after: None,
-            batch: 200,
+            batch: 100,
             max_batches: 50,
         }
     }

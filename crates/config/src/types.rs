@@ -555,7 +555,7 @@ impl Default for RetentionConfig {
 }
 
 impl RetentionConfig {
-    pub const DEFAULT_BATCH: u32 = 200;
+    pub const DEFAULT_BATCH: u32 = 100;
     pub const MAX_BATCH: u32 = 5000;
 }
 

@@ -54,7 +54,7 @@ impl RetentionPolicy {
             keep_turns: ret.keep_turns.filter(|k| *k > 0),
             keep_age: ret.keep_days.map(|d| minutes(d * 1440.0)),
             runs_age: ret.runs_days.map(|d| minutes(d * 1440.0)),
-            batch: usize::try_from(ret.batch.clamp(1, RetentionConfig::MAX_BATCH)).unwrap_or(200),
+            batch: usize::try_from(ret.batch.clamp(1, RetentionConfig::MAX_BATCH)).unwrap_or(100),
         };
         policy.does_something().then_some(policy)
     }

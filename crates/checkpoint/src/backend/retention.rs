@@ -4,7 +4,7 @@
 use super::SqlStore;
 use super::chain::{decode_updates, decode_writes_json, mergeable, writes_need_normalizing};
 use super::checkpoints::materialize;
-use super::db::{Arg, DbErr, DbResult, Dialect, Sql, Tx, retry};
+use super::db::{Arg, DbErr, DbResult, Dialect, Exec, Sql, Tx, retry};
 use crate::Result;
 use crate::retention::{ExpiredRuns, PruneOutcome, PrunePolicy, RetentionStore};
 use async_trait::async_trait;
@@ -61,14 +61,16 @@ struct Plan {
 /// Reads a thread's root checkpoints (ordered by id) and decides which may go; `None` when
 /// the thread must be left alone (busy, or it has subgraph namespaces).
 async fn plan(
-    tx: &mut Tx,
+    exec: &mut Exec<'_>,
     dialect: Dialect,
     thread_id: &str,
     policy: &PrunePolicy,
 ) -> DbResult<Option<Plan>> {
-    let status = tx
-        .opt(Sql::new("SELECT status FROM threads WHERE thread_id = $1").bind(thread_id))
-        .await?;
+    let status = exec
+        .all(Sql::new("SELECT status FROM threads WHERE thread_id = $1").bind(thread_id))
+        .await?
+        .into_iter()
+        .next();
     if status
         .map(|r| r.text("status"))
         .transpose()?
@@ -76,18 +78,18 @@ async fn plan(
     {
         return Ok(None);
     }
-    let nested = tx
-        .opt(
+    let nested = exec
+        .all(
             Sql::new(
                 "SELECT checkpoint_id FROM checkpoints WHERE thread_id = $1 AND checkpoint_ns <> '' LIMIT 1",
             )
             .bind(thread_id),
         )
         .await?;
-    if nested.is_some() {
+    if !nested.is_empty() {
         return Ok(None);
     }
-    let rows = tx
+    let rows = exec
         .all(
             Sql::new(concat!(
                 "SELECT checkpoint_id, parent_id, metadata, next, tasks, created_at, ",
@@ -104,7 +106,7 @@ async fn plan(
         order.push(n.id.clone());
         nodes.insert(n.id.clone(), n);
     }
-    let pending: HashSet<String> = tx
+    let pending: HashSet<String> = exec
         .all(
             Sql::new(concat!(
                 "SELECT DISTINCT checkpoint_id FROM checkpoint_writes ",
@@ -116,7 +118,7 @@ async fn plan(
         .iter()
         .map(|r| r.text("checkpoint_id"))
         .collect::<DbResult<_>>()?;
-    let branched: HashSet<String> = tx
+    let branched: HashSet<String> = exec
         .all(
             Sql::new(dialect.pick(
                 concat!(
@@ -190,7 +192,7 @@ fn placeholders(first: usize, n: usize) -> String {
 
 /// The stored writes of `ids` (root namespace of `thread_id`).
 async fn writes_of(
-    tx: &mut Tx,
+    exec: &mut Exec<'_>,
     thread_id: &str,
     ids: &[String],
 ) -> DbResult<HashMap<String, String>> {
@@ -203,7 +205,7 @@ async fn writes_of(
              AND checkpoint_ns = '' AND checkpoint_id IN ({})",
             placeholders(2, chunk.len())
         );
-        for r in tx.all(Sql::dynamic(text, args)).await? {
+        for r in exec.all(Sql::dynamic(text, args)).await? {
             out.insert(r.text("checkpoint_id")?, r.text("writes")?);
         }
     }
@@ -222,55 +224,37 @@ fn joinable_writes(id: &str, text: &str) -> DbResult<bool> {
     Ok(named.iter().all(|(_, u)| mergeable(u)) && !writes_need_normalizing(&named))
 }
 
-/// Removes one batch of a thread's prunable checkpoints in one transaction; `None` when
-/// nothing (more) may go.
-async fn prune_batch(
-    tx: &mut Tx,
+/// How a kept checkpoint whose parent goes stays readable.
+enum Fix {
+    /// It is a snapshot: only its parent link changes.
+    Relink,
+    /// The removed steps' writes go in front of its own (the stored value).
+    Join(Arg),
+    /// It gets a snapshot of its own (joining would not replay exactly).
+    Snapshot,
+}
+
+/// A kept checkpoint re-linked to `ancestor`, its nearest kept ancestor, over the removed
+/// steps starting at `parent`.
+struct Rewire {
+    id: String,
+    parent: Option<String>,
+    ancestor: Option<String>,
+    fix: Fix,
+}
+
+/// The rewiring a plan needs, computed from a read (the stored writes of the steps that go
+/// and of the checkpoints that stay do not change).
+async fn rewires(
+    exec: &mut Exec<'_>,
     dialect: Dialect,
     thread_id: &str,
-    policy: &PrunePolicy,
-) -> DbResult<Option<PruneOutcome>> {
-    if dialect == Dialect::Postgres {
-        // Hold the thread row: run creation locks it too, so no run starts meanwhile.
-        tx.opt(
-            Sql::new("SELECT thread_id FROM threads WHERE thread_id = $1 FOR UPDATE")
-                .bind(thread_id),
-        )
-        .await?;
-    }
-    let Some(mut p) = plan(tx, dialect, thread_id, policy).await? else {
-        return Ok(None);
-    };
-    p.prunable.truncate(policy.batch.max(1));
-    if p.prunable.is_empty() {
-        return Ok(None);
-    }
-    if dialect == Dialect::Postgres {
-        // Lock what goes: an insert of a child of one of these (it holds a key-share lock
-        // on its parent) either committed before (and the fresh plan below sees it) or
-        // waits for this transaction and then finds its parent gone.
-        let mut args = vec![Arg::from(thread_id)];
-        args.extend(p.prunable.iter().map(Arg::from));
-        let text = format!(
-            "SELECT checkpoint_id FROM checkpoints WHERE thread_id = $1 AND checkpoint_ns = '' \
-             AND checkpoint_id IN ({}) FOR UPDATE",
-            placeholders(2, p.prunable.len())
-        );
-        tx.all(Sql::dynamic(text, args)).await?;
-        let locked: HashSet<String> = p.prunable.iter().cloned().collect();
-        let Some(mut fresh) = plan(tx, dialect, thread_id, policy).await? else {
-            return Ok(None);
-        };
-        fresh.prunable.retain(|id| locked.contains(id));
-        if fresh.prunable.is_empty() {
-            return Ok(None);
-        }
-        p = fresh;
-    }
+    p: &Plan,
+) -> DbResult<Vec<Rewire>> {
     let gone: HashSet<&String> = p.prunable.iter().collect();
     // Survivors whose parent goes, each with the removed steps between it and its nearest
     // surviving ancestor (newest first) and that ancestor.
-    let mut rewires: Vec<(String, Vec<String>, Option<String>)> = Vec::new();
+    let mut found: Vec<(String, Vec<String>, Option<String>)> = Vec::new();
     let mut ids: Vec<&String> = p.nodes.keys().collect();
     ids.sort();
     for id in ids {
@@ -292,23 +276,22 @@ async fn prune_batch(
             cur = p.nodes.get(&c).and_then(|x| x.parent_id.clone());
             path.push(c);
         }
-        rewires.push((id.clone(), path, cur));
+        found.push((id.clone(), path, cur));
     }
     let mut need: Vec<String> = Vec::new();
-    for (id, path, _) in &rewires {
+    for (id, path, _) in &found {
         need.push(id.clone());
         need.extend(path.iter().cloned());
     }
-    let writes = writes_of(tx, thread_id, &need).await?;
-    let mut out = PruneOutcome {
-        batches: 1,
-        ..PruneOutcome::default()
-    };
-    for (id, path, ancestor) in &rewires {
-        let Some(n) = p.nodes.get(id) else { continue };
-        if !n.is_snapshot {
+    let writes = writes_of(exec, thread_id, &need).await?;
+    let mut out = Vec::with_capacity(found.len());
+    for (id, path, ancestor) in found {
+        let is_snapshot = p.nodes.get(&id).is_some_and(|n| n.is_snapshot);
+        let fix = if is_snapshot {
+            Fix::Relink
+        } else {
             let mut joinable = ancestor.is_some();
-            for x in path.iter().chain(std::iter::once(id)) {
+            for x in path.iter().chain(std::iter::once(&id)) {
                 if !joinable {
                     break;
                 }
@@ -319,7 +302,7 @@ async fn prune_batch(
             }
             if joinable {
                 let mut joined: Vec<Value> = Vec::new();
-                for x in path.iter().rev().chain(std::iter::once(id)) {
+                for x in path.iter().rev().chain(std::iter::once(&id)) {
                     let text = writes.get(x).map(String::as_str).unwrap_or("[]");
                     for (node, update) in decode_writes_json(text)
                         .map_err(|e| DbErr::corrupt(format!("checkpoint {x}: {e}")))?
@@ -330,25 +313,141 @@ async fn prune_batch(
                 // Joined writes are as large as a turn: on SQLite they are stored packed,
                 // like snapshots (every reader of `writes` unpacks them).
                 let text = Value::Array(joined).to_string();
-                let stored = match dialect {
-                    Dialect::Sqlite => super::pack::pack(&text).map(|b| Arg::Blob(Some(b))),
-                    Dialect::Postgres => None,
-                }
-                .unwrap_or(Arg::Text(Some(text)));
+                Fix::Join(
+                    match dialect {
+                        Dialect::Sqlite => super::pack::pack(&text).map(|b| Arg::Blob(Some(b))),
+                        Dialect::Postgres => None,
+                    }
+                    .unwrap_or(Arg::Text(Some(text))),
+                )
+            } else {
+                Fix::Snapshot
+            }
+        };
+        out.push(Rewire {
+            id,
+            parent: path.first().cloned(),
+            ancestor,
+            fix,
+        });
+    }
+    Ok(out)
+}
+
+/// Removes the planned batch of a thread's checkpoints (`p.prunable`, planned from a read
+/// outside the transaction, so that the writer is held only for the change) in one
+/// transaction; `None` when the thread changed since (it is planned again next time).
+async fn prune_batch(
+    tx: &mut Tx,
+    dialect: Dialect,
+    thread_id: &str,
+    p: &Plan,
+    rewires: Vec<Rewire>,
+) -> DbResult<Option<PruneOutcome>> {
+    let mut args = vec![Arg::from(thread_id)];
+    args.extend(p.prunable.iter().map(Arg::from));
+    let chunk = placeholders(2, p.prunable.len());
+    if dialect == Dialect::Postgres {
+        // Hold the thread row (run creation locks it too, so no run starts meanwhile) and
+        // what goes: an insert of a child of one of these (it holds a key-share lock on its
+        // parent) either committed before (and the read below sees it) or waits for this
+        // transaction and then finds its parent gone.
+        tx.opt(
+            Sql::new("SELECT thread_id FROM threads WHERE thread_id = $1 FOR UPDATE")
+                .bind(thread_id),
+        )
+        .await?;
+        let text = format!(
+            "SELECT checkpoint_id FROM checkpoints WHERE thread_id = $1 AND checkpoint_ns = '' \
+             AND checkpoint_id IN ({chunk}) FOR UPDATE"
+        );
+        tx.all(Sql::dynamic(text, args.clone())).await?;
+    }
+    // What the plan relied on, checked again under the writer: the thread is not busy, no
+    // checkpoint it knew is gone, the ones that go have the same children and no pending
+    // writes.
+    let busy = tx
+        .opt(Sql::new("SELECT status FROM threads WHERE thread_id = $1").bind(thread_id))
+        .await?
+        .map(|r| r.text("status"))
+        .transpose()?
+        .is_some_and(|s| s == "busy");
+    if busy {
+        return Ok(None);
+    }
+    let links = tx
+        .all(
+            Sql::new(concat!(
+                "SELECT checkpoint_id, parent_id, snapshot IS NOT NULL AS is_snap ",
+                "FROM checkpoints WHERE thread_id = $1 AND checkpoint_ns = ''"
+            ))
+            .bind(thread_id),
+        )
+        .await?;
+    let mut fresh: HashMap<String, (Option<String>, bool)> = HashMap::with_capacity(links.len());
+    for r in &links {
+        fresh.insert(
+            r.text("checkpoint_id")?,
+            (r.opt_text("parent_id")?, r.boolean("is_snap")?),
+        );
+    }
+    let children = |parents: &mut dyn Iterator<Item = (&String, Option<&String>)>| {
+        let mut out: HashMap<String, HashSet<String>> = HashMap::new();
+        for (id, parent) in parents {
+            if let Some(parent) = parent {
+                out.entry(parent.clone()).or_default().insert(id.clone());
+            }
+        }
+        out
+    };
+    let planned_children = children(&mut p.nodes.iter().map(|(id, n)| (id, n.parent_id.as_ref())));
+    let fresh_children = children(&mut fresh.iter().map(|(id, (parent, _))| (id, parent.as_ref())));
+    let unchanged = p.nodes.keys().all(|id| fresh.contains_key(id))
+        && p.prunable
+            .iter()
+            .all(|id| planned_children.get(id) == fresh_children.get(id));
+    if !unchanged {
+        return Ok(None);
+    }
+    let text = format!(
+        "SELECT checkpoint_id FROM checkpoint_writes WHERE thread_id = $1 \
+         AND checkpoint_ns = '' AND checkpoint_id IN ({chunk}) LIMIT 1"
+    );
+    if !tx.all(Sql::dynamic(text, args)).await?.is_empty() {
+        return Ok(None);
+    }
+    // The plan's links and snapshots are what the rewiring below was computed from.
+    let same = p.nodes.iter().all(|(id, n)| {
+        fresh
+            .get(id)
+            .is_some_and(|(parent, is_snap)| *parent == n.parent_id && *is_snap == n.is_snapshot)
+    });
+    if !same {
+        return Ok(None);
+    }
+    let mut out = PruneOutcome {
+        batches: 1,
+        ..PruneOutcome::default()
+    };
+    for r in rewires {
+        match r.fix {
+            Fix::Relink => {}
+            Fix::Join(stored) => {
                 tx.exec(
                     Sql::new(concat!(
                         "UPDATE checkpoints SET writes = $4 WHERE thread_id = $1 ",
                         "AND checkpoint_ns = '' AND checkpoint_id = $2 AND parent_id = $3"
                     ))
                     .bind(thread_id)
-                    .bind(id.as_str())
-                    .bind(path.first().cloned())
+                    .bind(r.id.as_str())
+                    .bind(r.parent)
                     .arg(stored),
                 )
                 .await?;
                 out.rebased += 1;
-            } else {
-                materialize(tx, thread_id, "", id).await?;
+            }
+            Fix::Snapshot => {
+                materialize(tx, thread_id, "", &r.id).await?;
                 out.materialized += 1;
             }
         }
@@ -358,8 +457,8 @@ async fn prune_batch(
                 "AND checkpoint_ns = '' AND checkpoint_id = $2"
             ))
             .bind(thread_id)
-            .bind(id.as_str())
-            .bind(ancestor.clone()),
+            .bind(r.id.as_str())
+            .bind(r.ancestor),
         )
         .await?;
     }
@@ -429,8 +528,18 @@ impl SqlStore {
         thread_id: &str,
         policy: &PrunePolicy,
     ) -> DbResult<Option<PruneOutcome>> {
+        let Some(mut p) =
+            plan(&mut Exec::Read(&self.db), self.dialect(), thread_id, policy).await?
+        else {
+            return Ok(None);
+        };
+        p.prunable.truncate(policy.batch.max(1));
+        if p.prunable.is_empty() {
+            return Ok(None);
+        }
+        let fixes = rewires(&mut Exec::Read(&self.db), self.dialect(), thread_id, &p).await?;
         let mut tx = self.db.begin().await?;
-        let out = prune_batch(&mut tx, self.dialect(), thread_id, policy).await?;
+        let out = prune_batch(&mut tx, self.dialect(), thread_id, &p, fixes).await?;
         if out.is_some() {
             tx.commit().await?;
             self.cache.invalidate_thread(thread_id);

@@ -404,7 +404,7 @@ fn retention_keys_are_checked() {
     assert_eq!(ret.keep_turns, Some(20));
     assert_eq!(ret.keep_days, Some(7.0));
     assert_eq!(ret.runs_days, Some(90.0));
-    assert_eq!(ret.batch, 200);
+    assert_eq!(ret.batch, 100);
     // No backend is chosen by these keys alone.
     assert_eq!(cp.kind, None);
 
