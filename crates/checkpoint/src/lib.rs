@@ -22,10 +22,12 @@ mod cache;
 pub mod ids;
 pub mod journal;
 pub mod json;
+pub mod retention;
 pub mod types;
 
 pub use ids::{checkpoint_id_after, new_checkpoint_id};
 pub use journal::*;
+pub use retention::{ExpiredRuns, PruneOutcome, PrunePolicy, RetentionStore};
 pub use types::*;
 
 use async_trait::async_trait;
@@ -403,6 +405,7 @@ pub trait Persistence:
     + ItemStore
     + UserStore
     + JournalStore
+    + RetentionStore
 {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
@@ -759,6 +762,7 @@ mod tests {
                     Some(CheckpointerConfig {
                         kind: Some("postgres".into()),
                         connection_string: Some("postgresql://x/y".into()),
+                        ..Default::default()
                     }),
                 ),
                 BackendConfig::Postgres {
@@ -772,6 +776,7 @@ mod tests {
                     Some(CheckpointerConfig {
                         kind: Some("sqlite".into()),
                         connection_string: Some("checkpoints.db".into()),
+                        ..Default::default()
                     }),
                 ),
                 sqlite("/srv/fawn/checkpoints.db"),

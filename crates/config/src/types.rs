@@ -490,13 +490,73 @@ pub struct DatabaseConfig {
     pub checkpoint_channel_mode: Option<String>,
 }
 
-/// Legacy `checkpointer:`.
+/// `checkpointer:`: the legacy spelling of `database` (`type`, `connection_string`), and
+/// retention: the official LangGraph server's `ttl` and Fawn's own `retention`.
 #[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct CheckpointerConfig {
     #[serde(rename = "type")]
     pub kind: Option<String>,
     pub connection_string: Option<String>,
+    pub ttl: Option<CheckpointerTtlConfig>,
+    pub retention: Option<RetentionConfig>,
+}
+
+/// `checkpointer.ttl`, the official LangGraph server's shape: threads without activity for
+/// `default_ttl` minutes are removed (`strategy`), checked every `sweep_interval_minutes`
+/// (which also paces `checkpointer.retention`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CheckpointerTtlConfig {
+    /// `delete` (the thread and everything it owns) or `keep_latest` (only its latest
+    /// checkpoint stays).
+    pub strategy: String,
+    pub sweep_interval_minutes: f64,
+    /// Minutes; unset: threads do not expire for lack of activity.
+    pub default_ttl: Option<f64>,
+}
+
+impl Default for CheckpointerTtlConfig {
+    fn default() -> Self {
+        CheckpointerTtlConfig {
+            strategy: "delete".to_string(),
+            sweep_interval_minutes: CheckpointerTtlConfig::DEFAULT_SWEEP_MINUTES,
+            default_ttl: None,
+        }
+    }
+}
+
+impl CheckpointerTtlConfig {
+    pub const DEFAULT_SWEEP_MINUTES: f64 = 60.0;
+}
+
+/// `checkpointer.retention` (Fawn's): intermediate step checkpoints are pruned once they are
+/// outside the newest `keep_turns` turns of their thread and older than `keep_days`
+/// (either alone when only one is set; pruning is off when neither is); finished runs and
+/// their journal rows expire after `runs_days`. Work goes in transactions of `batch` rows.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RetentionConfig {
+    pub keep_turns: Option<u32>,
+    pub keep_days: Option<f64>,
+    pub runs_days: Option<f64>,
+    pub batch: u32,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig {
+            keep_turns: None,
+            keep_days: None,
+            runs_days: None,
+            batch: RetentionConfig::DEFAULT_BATCH,
+        }
+    }
+}
+
+impl RetentionConfig {
+    pub const DEFAULT_BATCH: u32 = 100;
+    pub const MAX_BATCH: u32 = 5000;
 }
 
 /// `llm_call:` — retry policy of the LLM error-handling middleware.

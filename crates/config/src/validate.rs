@@ -235,6 +235,9 @@ pub(crate) fn app(app: &mut AppConfig, origins: &Origins, r: &mut Report) {
             format!("expected one of memory, sqlite, postgres, got \"{kind}\""),
         );
     }
+    if let Some(cp) = &app.checkpointer {
+        retention(cp, r);
+    }
 
     // llm_call
     if app.llm_call.retry_max_attempts == 0 {
@@ -242,6 +245,73 @@ pub(crate) fn app(app: &mut AppConfig, origins: &Origins, r: &mut Report) {
     }
     if app.max_recursion_limit == 0 {
         r.error("max_recursion_limit", "must be at least 1");
+    }
+}
+
+/// `checkpointer.ttl` and `checkpointer.retention`.
+fn retention(cp: &crate::CheckpointerConfig, r: &mut Report) {
+    // Ten years, in minutes: the bound of thread TTLs.
+    const MAX_MINUTES: f64 = 5_256_000.0;
+    let positive_minutes = |path: &str, v: f64, r: &mut Report| {
+        if !(v > 0.0 && v <= MAX_MINUTES) {
+            r.error(
+                path,
+                format!("must be a number of minutes above 0 and at most {MAX_MINUTES}, got {v}"),
+            );
+        }
+    };
+    if let Some(ttl) = &cp.ttl {
+        if !matches!(ttl.strategy.as_str(), "delete" | "keep_latest") {
+            r.error(
+                "checkpointer.ttl.strategy",
+                format!(
+                    "expected one of delete, keep_latest, got \"{}\"",
+                    ttl.strategy
+                ),
+            );
+        }
+        positive_minutes(
+            "checkpointer.ttl.sweep_interval_minutes",
+            ttl.sweep_interval_minutes,
+            r,
+        );
+        if let Some(d) = ttl.default_ttl {
+            positive_minutes("checkpointer.ttl.default_ttl", d, r);
+        }
+    }
+    if let Some(ret) = &cp.retention {
+        if ret.keep_turns == Some(0) {
+            r.error(
+                "checkpointer.retention.keep_turns",
+                "must be at least 1 (the latest turn keeps its steps); leave it unset to prune by age alone",
+            );
+        }
+        for (key, v) in [("keep_days", ret.keep_days), ("runs_days", ret.runs_days)] {
+            if let Some(v) = v
+                && !(0.0..=MAX_MINUTES / 1440.0).contains(&v)
+            {
+                r.error(
+                    format!("checkpointer.retention.{key}"),
+                    format!("must be a number of days from 0 to 3650, got {v}"),
+                );
+            }
+        }
+        if ret.runs_days == Some(0.0) {
+            r.error(
+                "checkpointer.retention.runs_days",
+                "must be above 0 (finished runs would go as soon as they end)",
+            );
+        }
+        if !(1..=crate::RetentionConfig::MAX_BATCH).contains(&ret.batch) {
+            r.error(
+                "checkpointer.retention.batch",
+                format!(
+                    "must be between 1 and {}, got {}",
+                    crate::RetentionConfig::MAX_BATCH,
+                    ret.batch
+                ),
+            );
+        }
     }
 }
 

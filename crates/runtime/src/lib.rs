@@ -26,6 +26,7 @@ pub mod join;
 pub mod journal;
 pub mod kwargs;
 pub mod observer;
+pub mod retention;
 pub mod runs;
 pub mod runtime;
 pub mod scheduled;

@@ -357,6 +357,7 @@ impl Runtime {
         q.spawn(crate::runs::dispatcher(rt.clone()));
         q.spawn(crate::runs::reaper(rt.clone()));
         q.spawn(crate::threads::sweeper(rt.clone()));
+        q.spawn(crate::retention::sweeper(rt.clone()));
         q.spawn(crate::crons::scheduler(rt.clone()));
         if let Some(signals) = rt.store.signals().await {
             if let Some(b) = &pg_bus {

@@ -102,6 +102,8 @@ pub struct Metrics {
     pub db_size: IntGaugeVec,
     pub db_maintenance: IntCounterVec,
     pub db_pages_vacuumed: IntCounter,
+    pub retention_sweeps: IntCounterVec,
+    pub retention_removed: IntCounterVec,
 
     // The event bus between nodes
     pub bus_relayed: IntCounterVec,
@@ -360,6 +362,16 @@ impl Metrics {
                 "fawn_db_pages_vacuumed_total",
                 "Free SQLite pages handed back to the file system by incremental vacuum.",
             ),
+            retention_sweeps: counter_vec(
+                "fawn_retention_sweeps_total",
+                "Retention sweeps by outcome (done; skipped: another node holds the lease; error).",
+                &["outcome"],
+            ),
+            retention_removed: counter_vec(
+                "fawn_retention_removed_total",
+                "What retention sweeps removed (checkpoints, runs, run_events, threads) or rewrote (rebased, materialized).",
+                &["what"],
+            ),
             bus_relayed: counter_vec(
                 "fawn_bus_events_relayed_total",
                 "Events of runs executing on another node relayed to this node's streams, by bus.",
@@ -439,6 +451,19 @@ impl Metrics {
         }
         for task in ["wal_truncate", "incremental_vacuum"] {
             m.db_maintenance.with_label_values(&[task]);
+        }
+        for outcome in ["done", "skipped", "error"] {
+            m.retention_sweeps.with_label_values(&[outcome]);
+        }
+        for what in [
+            "checkpoints",
+            "rebased",
+            "materialized",
+            "runs",
+            "run_events",
+            "threads",
+        ] {
+            m.retention_removed.with_label_values(&[what]);
         }
         m
     }
@@ -716,6 +741,7 @@ mod tests {
         assert!(text.contains("fawn_runs_finished_total{status=\"timeout\"} 0"));
         assert!(text.contains("# HELP fawn_sandbox_limits_hit_total "));
         assert!(text.contains("fawn_db_maintenance_total{task=\"wal_truncate\"} 0"));
+        assert!(text.contains("fawn_retention_removed_total{what=\"checkpoints\"} 0"));
         let json = m.render_json();
         let finished = json["metrics"]["fawn_runs_finished_total"]["samples"]
             .as_array()

@@ -18,6 +18,11 @@
 //! target/release/storage_size --marks 10,50 --threads 0 --breakdown
 //! ```
 //!
+//! `--retention N` then starts the server once more with `checkpointer.retention.keep_turns:
+//! N` (and `runs_days: D` with `--runs-days D`; a sweep every 6 s), waits for its first
+//! sweep, and reports the thread's size after retention (server running, then after a
+//! restart).
+//!
 //! Sizes do not depend on the build profile; a debug build gives the same figures, slower.
 //! `--fawn PATH` measures another `fawn` binary (e.g. a build of an earlier commit).
 
@@ -36,6 +41,8 @@ struct Options {
     settle: Duration,
     keep: Option<PathBuf>,
     fawn: Option<PathBuf>,
+    retention: Option<u32>,
+    runs_days: Option<f64>,
 }
 
 fn parse_args() -> Result<Options> {
@@ -46,6 +53,8 @@ fn parse_args() -> Result<Options> {
         settle: Duration::from_secs(3),
         keep: None,
         fawn: None,
+        retention: None,
+        runs_days: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -66,10 +75,14 @@ fn parse_args() -> Result<Options> {
             }
             "--keep" => o.keep = Some(PathBuf::from(args.next().context("--keep DIR")?)),
             "--fawn" => o.fawn = Some(PathBuf::from(args.next().context("--fawn PATH")?)),
+            "--retention" => {
+                o.retention = Some(args.next().context("--retention KEEP_TURNS")?.parse()?)
+            }
+            "--runs-days" => o.runs_days = Some(args.next().context("--runs-days DAYS")?.parse()?),
             "-h" | "--help" => {
                 println!(
                     "storage_size [--marks 10,50,100,200] [--threads 300] [--breakdown] \
-                     [--settle MS] [--keep DIR] [--fawn PATH]"
+                     [--settle MS] [--keep DIR] [--fawn PATH] [--retention KEEP_TURNS [--runs-days D]]"
                 );
                 std::process::exit(0);
             }
@@ -112,10 +125,20 @@ impl Server {
 }
 
 async fn start_server(home: &Path, mock_url: &str, fawn: Option<&Path>) -> Result<Server> {
+    start_server_with(home, mock_url, fawn, "").await
+}
+
+/// [`start_server`] with more `config.yaml` text.
+async fn start_server_with(
+    home: &Path,
+    mock_url: &str,
+    fawn: Option<&Path>,
+    extra: &str,
+) -> Result<Server> {
     let config = format!(
         "models:\n  - name: mock\n    use: langchain_openai:ChatOpenAI\n    model: fawn-mock\n    \
          base_url: {mock_url}\n    api_key: bench\n    max_retries: 0\n\
-         title:\n  enabled: true\n  model_name: mock\nmemory:\n  enabled: false\n"
+         title:\n  enabled: true\n  model_name: mock\nmemory:\n  enabled: false\n{extra}"
     );
     let cfg = home.join("config.yaml");
     std::fs::write(&cfg, config)?;
@@ -308,6 +331,35 @@ async fn breakdown(db: &Path) -> Result<()> {
     Ok(())
 }
 
+/// A sample of a `/metrics` family with its labels, e.g. `fawn_x{what="y"}`.
+fn metric(text: &str, name_and_labels: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name_and_labels))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Waits (up to a minute) for the server's first finished retention sweep; the checkpoints
+/// it removed.
+async fn wait_for_sweep(client: &reqwest::Client, url: &str) -> Result<u64> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = client
+            .get(format!("{url}/metrics"))
+            .send()
+            .await?
+            .text()
+            .await?;
+        if metric(&text, "fawn_retention_sweeps_total{outcome=\"done\"}") >= 1.0 {
+            return Ok(metric(&text, "fawn_retention_removed_total{what=\"checkpoints\"}") as u64);
+        }
+        if Instant::now() > deadline {
+            bail!("no retention sweep within a minute");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let o = parse_args()?;
@@ -373,6 +425,32 @@ async fn run(o: &Options, dir: &Path) -> Result<()> {
         mb(file_len(&db)),
         mb(file_len(&wal))
     );
+    if let Some(keep) = o.retention {
+        let mut extra = format!(
+            "checkpointer:\n  ttl:\n    sweep_interval_minutes: 0.1\n  retention:\n    keep_turns: {keep}\n"
+        );
+        if let Some(d) = o.runs_days {
+            extra.push_str(&format!("    runs_days: {d}\n"));
+        }
+        let server = start_server_with(dir, &mock_url, o.fawn.as_deref(), &extra).await?;
+        let removed = wait_for_sweep(&client, &server.url).await?;
+        tokio::time::sleep(o.settle).await;
+        let (d, w) = (file_len(&db), file_len(&wal));
+        println!(
+            "after retention (keep_turns {keep}, runs_days {:?}, {removed} checkpoints removed): on disk {} (fawn.db {} + WAL {}) (server running)",
+            o.runs_days,
+            mb(d + w),
+            mb(d),
+            mb(w)
+        );
+        breakdown(&db).await?;
+        server.stop()?;
+        println!(
+            "after retention and a restart: fawn.db {} + WAL {}",
+            mb(file_len(&db)),
+            mb(file_len(&wal))
+        );
+    }
     if o.threads > 0 {
         let server = start_server(dir, &mock_url, o.fawn.as_deref()).await?;
         for i in 0..o.threads {

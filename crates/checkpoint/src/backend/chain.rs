@@ -50,7 +50,7 @@ pub(crate) fn decode_writes_json(text: &str) -> Result<Vec<(String, Value)>, Str
         .collect()
 }
 
-fn decode_updates(text: &str) -> Result<Vec<StateUpdate>, String> {
+pub(crate) fn decode_updates(text: &str) -> Result<Vec<StateUpdate>, String> {
     decode_writes_json(text)?
         .into_iter()
         .map(|(node, v)| {
@@ -62,7 +62,7 @@ fn decode_updates(text: &str) -> Result<Vec<StateUpdate>, String> {
 /// Whether a stored write can be folded into the writes before it (`StateUpdate::merge`)
 /// without changing the result: everything except `RemoveMessage`s and clearing
 /// `viewed_images`, the cases `merge` documents as not expressible in one write.
-fn mergeable(w: &StateUpdate) -> bool {
+pub(crate) fn mergeable(w: &StateUpdate) -> bool {
     let removes = w
         .messages
         .as_ref()

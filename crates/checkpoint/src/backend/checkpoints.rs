@@ -121,7 +121,7 @@ fn state_json(state: &ThreadState) -> DbResult<String> {
 }
 
 /// Gives checkpoint `id` a snapshot of its own (it is about to lose an ancestor).
-async fn materialize(tx: &mut Tx, thread_id: &str, ns: &str, id: &str) -> DbResult<()> {
+pub(super) async fn materialize(tx: &mut Tx, thread_id: &str, ns: &str, id: &str) -> DbResult<()> {
     let states = load_states(
         &mut Exec::Tx(tx),
         thread_id,

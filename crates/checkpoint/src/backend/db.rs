@@ -694,6 +694,11 @@ fn migrator(dialect: Dialect) -> Migrator {
                 "packed snapshots",
                 include_str!("../../../../migrations/sqlite/0008_packed_snapshots.sql"),
             ),
+            (
+                9,
+                "maintenance leases",
+                include_str!("../../../../migrations/sqlite/0009_maintenance_leases.sql"),
+            ),
         ],
         Dialect::Postgres => &[
             (
@@ -750,6 +755,11 @@ fn migrator(dialect: Dialect) -> Migrator {
                 11,
                 "user needs_setup",
                 include_str!("../../../../migrations/postgres/0011_user_needs_setup.sql"),
+            ),
+            (
+                12,
+                "maintenance leases",
+                include_str!("../../../../migrations/postgres/0012_maintenance_leases.sql"),
             ),
         ],
     };
@@ -1273,14 +1283,14 @@ mod tests {
 
     #[test]
     fn latest_migrations() {
-        assert_eq!(latest_migration(Dialect::Sqlite), 8);
-        assert_eq!(latest_migration(Dialect::Postgres), 11);
-        assert!(refuse_newer(Dialect::Sqlite, Some((8, "x".into()))).is_ok());
+        assert_eq!(latest_migration(Dialect::Sqlite), 9);
+        assert_eq!(latest_migration(Dialect::Postgres), 12);
+        assert!(refuse_newer(Dialect::Sqlite, Some((9, "x".into()))).is_ok());
         assert!(refuse_newer(Dialect::Sqlite, None).is_ok());
-        let e = refuse_newer(Dialect::Sqlite, Some((9, "next".into())))
+        let e = refuse_newer(Dialect::Sqlite, Some((10, "next".into())))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("migration 9") && e.contains("up to 8"), "{e}");
+        assert!(e.contains("migration 10") && e.contains("up to 9"), "{e}");
     }
 
     #[test]

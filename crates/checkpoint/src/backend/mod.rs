@@ -21,6 +21,7 @@ mod items;
 mod journal;
 mod lite;
 pub(crate) mod pack;
+mod retention;
 mod runs;
 mod storage;
 mod threads;

@@ -10,6 +10,7 @@ mod durability;
 mod journal;
 mod maintenance;
 mod replay;
+mod retention;
 mod runs;
 mod store;
 mod threads;

@@ -198,9 +198,9 @@ async fn a_database_of_a_newer_fawn_is_refused_unchanged(config: BackendConfig) 
     assert!(err.contains("newer Fawn"), "{err}");
     assert!(err.contains("9999"), "names the database's version: {err}");
     let known = if matches!(config, BackendConfig::Sqlite { .. }) {
-        "8"
+        "9"
     } else {
-        "11"
+        "12"
     };
     assert!(
         err.contains(&format!("up to {known}")),

@@ -391,3 +391,41 @@ fn a_failed_load_keeps_its_warnings() {
         "models[0].max_tokens: expected an unsigned integer, got a string"
     );
 }
+
+#[test]
+fn retention_keys_are_checked() {
+    let yaml = "checkpointer:\n  ttl:\n    strategy: delete\n    sweep_interval_minutes: 30\n    default_ttl: 1440\n  retention:\n    keep_turns: 20\n    keep_days: 7\n    runs_days: 90\n";
+    let ok = load_with(yaml, None, &[]).unwrap();
+    let cp = ok.settings.app.checkpointer.as_ref().unwrap();
+    let ttl = cp.ttl.as_ref().unwrap();
+    assert_eq!(ttl.sweep_interval_minutes, 30.0);
+    assert_eq!(ttl.default_ttl, Some(1440.0));
+    let ret = cp.retention.as_ref().unwrap();
+    assert_eq!(ret.keep_turns, Some(20));
+    assert_eq!(ret.keep_days, Some(7.0));
+    assert_eq!(ret.runs_days, Some(90.0));
+    assert_eq!(ret.batch, 100);
+    // No backend is chosen by these keys alone.
+    assert_eq!(cp.kind, None);
+
+    let bad = "checkpointer:\n  ttl:\n    strategy: archive\n    sweep_interval_minutes: 0\n    default_ttl: -5\n  retention:\n    keep_turns: 0\n    keep_days: 5000\n    runs_days: 0\n    batch: 0\n";
+    assert_eq!(
+        error_lines(load_with(bad, None, &[])),
+        [
+            "checkpointer.ttl.strategy: expected one of delete, keep_latest, got \"archive\"",
+            "checkpointer.ttl.sweep_interval_minutes: must be a number of minutes above 0 and at most 5256000, got 0",
+            "checkpointer.ttl.default_ttl: must be a number of minutes above 0 and at most 5256000, got -5",
+            "checkpointer.retention.keep_turns: must be at least 1 (the latest turn keeps its steps); leave it unset to prune by age alone",
+            "checkpointer.retention.keep_days: must be a number of days from 0 to 3650, got 5000",
+            "checkpointer.retention.runs_days: must be above 0 (finished runs would go as soon as they end)",
+            "checkpointer.retention.batch: must be between 1 and 5000, got 0",
+        ]
+    );
+    let unknown = "checkpointer:\n  retention:\n    keep_weeks: 2\n";
+    assert_eq!(
+        warning_lines(load_with(unknown, None, &[])),
+        ["checkpointer.retention.keep_weeks: unknown key; ignored"]
+    );
+    let typed = "checkpointer:\n  retention:\n    keep_turns: many\n";
+    assert_eq!(error_lines(load_with(typed, None, &[])).len(), 1);
+}

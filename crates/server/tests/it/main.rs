@@ -47,6 +47,7 @@ mod observe;
 mod processes;
 mod protocol;
 mod recovery;
+mod retention;
 mod runs;
 mod sse_reader;
 mod thread_storage;

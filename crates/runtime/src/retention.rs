@@ -1,0 +1,297 @@
+//! The retention sweeper: on every `checkpointer.ttl.sweep_interval_minutes`, the node
+//! holding the database lease `retention` (one at a time across nodes; a lease lasts one
+//! interval, so a dead holder is replaced after at most that) deletes threads idle for
+//! `checkpointer.ttl.default_ttl` minutes, prunes intermediate checkpoints
+//! (`checkpointer.retention.keep_turns` / `keep_days`, see `fawn_checkpoint::retention`) and
+//! expires finished runs with their journal rows (`runs_days`), all in small transactions.
+//! What it did goes to the log and to `fawn_retention_*` in `/metrics`.
+
+use crate::error::{Result, RuntimeError};
+use crate::runtime::{Rt, Runtime};
+use chrono::{DateTime, Utc};
+use fawn_checkpoint::{PruneOutcome, PrunePolicy, PruneStrategy};
+use fawn_config::{CheckpointerConfig, CheckpointerTtlConfig, RetentionConfig};
+use std::time::Duration;
+
+/// The database lease the sweepers of all nodes compete for.
+pub const LEASE: &str = "retention";
+
+/// Threads visited per page of a sweep.
+const THREAD_PAGE: u64 = 100;
+
+/// What the sweeper does, from `checkpointer.ttl` and `checkpointer.retention`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RetentionPolicy {
+    pub interval: Duration,
+    /// Threads without activity for this long are removed with this strategy.
+    pub idle_threads: Option<(Duration, PruneStrategy)>,
+    pub keep_turns: Option<u32>,
+    pub keep_age: Option<Duration>,
+    pub runs_age: Option<Duration>,
+    pub batch: usize,
+}
+
+fn minutes(m: f64) -> Duration {
+    Duration::try_from_secs_f64(m * 60.0).unwrap_or(Duration::MAX)
+}
+
+impl RetentionPolicy {
+    /// The policy of a validated `checkpointer:` section; `None` when nothing is to be swept.
+    pub fn from_config(cp: Option<&CheckpointerConfig>) -> Option<RetentionPolicy> {
+        let cp = cp?;
+        let ttl = cp.ttl.clone().unwrap_or_default();
+        let ret = cp.retention.clone().unwrap_or_default();
+        let policy = RetentionPolicy {
+            interval: minutes(ttl.sweep_interval_minutes),
+            idle_threads: cp.ttl.as_ref().and_then(|t| t.default_ttl).map(|m| {
+                let strategy = if t_keep_latest(&ttl) {
+                    PruneStrategy::KeepLatest
+                } else {
+                    PruneStrategy::Delete
+                };
+                (minutes(m), strategy)
+            }),
+            keep_turns: ret.keep_turns.filter(|k| *k > 0),
+            keep_age: ret.keep_days.map(|d| minutes(d * 1440.0)),
+            runs_age: ret.runs_days.map(|d| minutes(d * 1440.0)),
+            batch: usize::try_from(ret.batch.clamp(1, RetentionConfig::MAX_BATCH)).unwrap_or(100),
+        };
+        policy.does_something().then_some(policy)
+    }
+
+    fn does_something(&self) -> bool {
+        self.idle_threads.is_some() || self.prunes() || self.runs_age.is_some()
+    }
+
+    /// Whether checkpoints are pruned at all.
+    pub fn prunes(&self) -> bool {
+        self.keep_turns.is_some() || self.keep_age.is_some()
+    }
+
+    fn prune_policy(&self, now: DateTime<Utc>) -> PrunePolicy {
+        PrunePolicy {
+            keep_turns: self.keep_turns,
+            keep_after: self
+                .keep_age
+                .and_then(|a| chrono::Duration::from_std(a).ok())
+                .and_then(|a| now.checked_sub_signed(a)),
+            batch: self.batch,
+            ..PrunePolicy::default()
+        }
+    }
+}
+
+fn t_keep_latest(ttl: &CheckpointerTtlConfig) -> bool {
+    ttl.strategy == "keep_latest"
+}
+
+/// What one sweep did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SweepReport {
+    pub threads_removed: u64,
+    pub threads_visited: u64,
+    pub checkpoints: PruneOutcome,
+    pub runs: u64,
+    pub run_events: u64,
+}
+
+fn before(now: DateTime<Utc>, age: Duration) -> DateTime<Utc> {
+    chrono::Duration::from_std(age)
+        .ok()
+        .and_then(|a| now.checked_sub_signed(a))
+        .unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
+fn store_err(what: &'static str) -> impl Fn(fawn_checkpoint::StoreError) -> RuntimeError {
+    move |e| RuntimeError::store(what, e)
+}
+
+/// One sweep, when `owner` gets (or holds) the lease; `None` when another node holds it.
+pub async fn sweep_once(
+    rt: &Runtime,
+    policy: &RetentionPolicy,
+    owner: &str,
+) -> Result<Option<SweepReport>> {
+    let now = rt.now();
+    let until =
+        now + chrono::Duration::from_std(policy.interval).unwrap_or(chrono::Duration::hours(1));
+    let leased = rt
+        .store
+        .try_lease(LEASE, owner, now, until)
+        .await
+        .map_err(store_err("taking the retention lease"))?;
+    if !leased {
+        return Ok(None);
+    }
+    let mut report = SweepReport::default();
+    let limit = policy.batch as u64;
+    if let Some((age, strategy)) = policy.idle_threads {
+        loop {
+            let ids = rt
+                .store
+                .idle_threads(before(now, age), limit)
+                .await
+                .map_err(store_err("listing idle threads"))?;
+            if ids.is_empty() {
+                break;
+            }
+            let n = crate::threads::prune_threads(rt, &ids, strategy).await?;
+            report.threads_removed += n;
+            if n == 0 || strategy == PruneStrategy::KeepLatest || (ids.len() as u64) < limit {
+                // keep_latest leaves the threads in place (they would come back).
+                break;
+            }
+        }
+    }
+    if let Some(age) = policy.runs_age {
+        loop {
+            let out = rt
+                .store
+                .expire_runs(before(now, age), limit)
+                .await
+                .map_err(store_err("expiring runs"))?;
+            report.runs += out.runs;
+            report.run_events += out.run_events;
+            if out.runs < limit {
+                break;
+            }
+        }
+    }
+    if policy.prunes() {
+        let prune = policy.prune_policy(now);
+        let mut after: Option<String> = None;
+        loop {
+            let ids = rt
+                .store
+                .retention_threads(after.as_deref(), THREAD_PAGE)
+                .await
+                .map_err(store_err("listing threads to prune"))?;
+            let Some(last) = ids.last() else { break };
+            after = Some(last.clone());
+            for id in &ids {
+                report.threads_visited += 1;
+                match rt.store.prune_checkpoints(id, &prune).await {
+                    Ok(out) => report.checkpoints.add(&out),
+                    // One thread's failure does not stop the sweep.
+                    Err(e) => {
+                        tracing::warn!(thread_id = %id, error = %e, "pruning checkpoints failed")
+                    }
+                }
+            }
+            if rt.queue.stopping.is_cancelled() {
+                break;
+            }
+        }
+    }
+    record(&report);
+    Ok(Some(report))
+}
+
+fn record(r: &SweepReport) {
+    let m = fawn_telemetry::metrics();
+    for (what, n) in [
+        ("threads", r.threads_removed),
+        ("checkpoints", r.checkpoints.deleted),
+        ("rebased", r.checkpoints.rebased),
+        ("materialized", r.checkpoints.materialized),
+        ("runs", r.runs),
+        ("run_events", r.run_events),
+    ] {
+        m.retention_removed.with_label_values(&[what]).inc_by(n);
+    }
+}
+
+/// Sweeps every interval while the runtime runs (nothing when no retention is configured).
+pub async fn sweeper(rt: Rt) {
+    let Some(policy) = RetentionPolicy::from_config(rt.settings.app.checkpointer.as_ref()) else {
+        return;
+    };
+    tracing::info!(?policy, "retention sweeper on");
+    let owner = rt.queue.worker_id.clone();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(policy.interval) => {}
+            _ = rt.queue.stopping.cancelled() => return,
+        }
+        let started = std::time::Instant::now();
+        let m = fawn_telemetry::metrics();
+        match sweep_once(&rt, &policy, &owner).await {
+            Ok(Some(r)) => {
+                m.retention_sweeps.with_label_values(&["done"]).inc();
+                tracing::info!(
+                    threads_removed = r.threads_removed,
+                    threads_visited = r.threads_visited,
+                    checkpoints_deleted = r.checkpoints.deleted,
+                    checkpoints_rebased = r.checkpoints.rebased,
+                    checkpoints_materialized = r.checkpoints.materialized,
+                    batches = r.checkpoints.batches,
+                    runs_expired = r.runs,
+                    run_events_expired = r.run_events,
+                    ms = started.elapsed().as_millis() as u64,
+                    "retention sweep"
+                );
+            }
+            Ok(None) => {
+                m.retention_sweeps.with_label_values(&["skipped"]).inc();
+                tracing::debug!("retention sweep skipped: another node holds the lease");
+            }
+            Err(e) => {
+                m.retention_sweeps.with_label_values(&["error"]).inc();
+                tracing::warn!(error = %e, "retention sweep failed");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_from_config() {
+        assert_eq!(RetentionPolicy::from_config(None), None);
+        // A `checkpointer:` section with only the backend keys sweeps nothing.
+        let backend_only = CheckpointerConfig {
+            kind: Some("sqlite".into()),
+            ..CheckpointerConfig::default()
+        };
+        assert_eq!(RetentionPolicy::from_config(Some(&backend_only)), None);
+        let cp = CheckpointerConfig {
+            ttl: Some(CheckpointerTtlConfig {
+                strategy: "keep_latest".into(),
+                sweep_interval_minutes: 0.5,
+                default_ttl: Some(60.0),
+            }),
+            retention: Some(RetentionConfig {
+                keep_turns: Some(3),
+                keep_days: Some(1.0),
+                runs_days: Some(2.0),
+                batch: 50,
+            }),
+            ..CheckpointerConfig::default()
+        };
+        let p = RetentionPolicy::from_config(Some(&cp)).unwrap();
+        assert_eq!(p.interval, Duration::from_secs(30));
+        assert_eq!(
+            p.idle_threads,
+            Some((Duration::from_secs(3600), PruneStrategy::KeepLatest))
+        );
+        assert_eq!(p.keep_turns, Some(3));
+        assert_eq!(p.keep_age, Some(Duration::from_secs(86_400)));
+        assert_eq!(p.runs_age, Some(Duration::from_secs(2 * 86_400)));
+        assert_eq!(p.batch, 50);
+        assert!(p.prunes());
+        // Retention keys alone use the default interval.
+        let only_runs = CheckpointerConfig {
+            retention: Some(RetentionConfig {
+                runs_days: Some(30.0),
+                ..RetentionConfig::default()
+            }),
+            ..CheckpointerConfig::default()
+        };
+        let p = RetentionPolicy::from_config(Some(&only_runs)).unwrap();
+        assert_eq!(p.interval, Duration::from_secs(3600));
+        assert!(!p.prunes());
+        assert_eq!(p.idle_threads, None);
+    }
+}

@@ -1,0 +1,170 @@
+//! Retention on a lead-agent thread, on both backends: after a sweep pruned its step
+//! checkpoints, the history's kept entries read back the same values, and regenerate and
+//! branch still work on it; then its finished runs expire and the idle threads go.
+
+use crate::helpers::run_to_success as run;
+use crate::helpers::*;
+use fawn_runtime::retention::{RetentionPolicy, sweep_once};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+backends!(pruned_thread_keeps_history_regenerate_and_branch);
+
+async fn history(app: &TestApp, tid: &str) -> Vec<Value> {
+    let (s, h) = app
+        .post_json(&format!("/threads/{tid}/history"), json!({"limit": 1000}))
+        .await;
+    assert_eq!(s, 200, "{h}");
+    h.as_array().unwrap().clone()
+}
+
+async fn messages(app: &TestApp, tid: &str) -> Vec<Value> {
+    let (s, st) = app.get_json(&format!("/threads/{tid}/state")).await;
+    assert_eq!(s, 200, "{st}");
+    st["values"]["messages"].as_array().unwrap().clone()
+}
+
+fn ids(msgs: &[Value]) -> Vec<String> {
+    msgs.iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+async fn pruned_thread_keeps_history_regenerate_and_branch(db: Db) {
+    let mock = fawn_testkit::MockLlm::start_with(fawn_testkit::MockConfig::default())
+        .await
+        .unwrap();
+    let Some(app) = spawn_with(Spawn {
+        mock: Some(Arc::new(mock)),
+        lead_agent: true,
+        ..Spawn::new(db)
+    })
+    .await
+    else {
+        return;
+    };
+    let tid = app.create_thread().await;
+    let mut runs = Vec::new();
+    for i in 0..5 {
+        runs.push(run(&app, &tid, &format!("question {i}")).await);
+    }
+    let before = history(&app, &tid).await;
+    let msgs = messages(&app, &tid).await;
+
+    let rt = app.handle.state.rt.clone();
+    let policy = RetentionPolicy {
+        interval: Duration::from_secs(600),
+        idle_threads: None,
+        keep_turns: Some(1),
+        keep_age: None,
+        runs_age: None,
+        batch: 4,
+    };
+    let report = sweep_once(&rt, &policy, "node-a")
+        .await
+        .unwrap()
+        .expect("the first sweeper gets the lease");
+    assert!(report.checkpoints.deleted > 0, "{report:?}");
+    // Another node does not sweep while the lease is held.
+    assert!(sweep_once(&rt, &policy, "node-b").await.unwrap().is_none());
+
+    let after = history(&app, &tid).await;
+    assert_eq!(
+        after.len() as u64 + report.checkpoints.deleted,
+        before.len() as u64
+    );
+    for entry in &after {
+        let id = &entry["checkpoint"]["checkpoint_id"];
+        let old = before
+            .iter()
+            .find(|b| b["checkpoint"]["checkpoint_id"] == *id)
+            .unwrap_or_else(|| panic!("{id} was not in the history before"));
+        assert_eq!(entry["values"], old["values"], "values of {id}");
+        assert_eq!(entry["next"], old["next"], "next of {id}");
+    }
+    assert_eq!(messages(&app, &tid).await, msgs);
+
+    // Regenerate the latest answer: its base (the previous turn's end) is still there.
+    let answer = msgs.last().unwrap();
+    assert_eq!(answer["type"], "ai");
+    let (s, p) = app
+        .post_json(
+            &format!("/api/threads/{tid}/runs/regenerate/prepare"),
+            json!({"message_id": answer["id"]}),
+        )
+        .await;
+    assert_eq!(s, 200, "{p}");
+    assert_eq!(p["target_run_id"], runs[4].as_str());
+    let base = p["checkpoint"]["checkpoint_id"].clone();
+    assert!(
+        after
+            .iter()
+            .any(|e| e["checkpoint"]["checkpoint_id"] == base)
+    );
+    let r = app
+        .post(
+            &format!("/api/threads/{tid}/runs/stream"),
+            json!({
+                "assistant_id": "lead_agent",
+                "input": p["input"],
+                "checkpoint": p["checkpoint"],
+                "metadata": p["metadata"],
+                "stream_mode": ["values"],
+                "context": {"thinking_enabled": false, "thread_id": tid},
+            }),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let events = parse_sse(&r.text().await.unwrap());
+    let rid = events[0].data["run_id"].as_str().unwrap().to_string();
+    let done = app.wait_run(&tid, &rid).await;
+    assert_eq!(done["status"], "success", "{done}");
+    let regenerated = messages(&app, &tid).await;
+    assert_eq!(regenerated.len(), msgs.len());
+    assert_eq!(
+        ids(&regenerated)[..msgs.len() - 1],
+        ids(&msgs)[..msgs.len() - 1]
+    );
+
+    // Branch at the second turn's answer (a turn whose steps were pruned).
+    let answers: Vec<&Value> = msgs.iter().filter(|m| m["type"] == "ai").collect();
+    let second = answers[1]["id"].as_str().unwrap();
+    let (s, b) = app
+        .post_json(
+            &format!("/api/threads/{tid}/branches"),
+            json!({"message_id": second, "message_ids": [second]}),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let branch = b["thread_id"].as_str().unwrap();
+    let upto = msgs.iter().position(|m| m["id"] == second).unwrap();
+    assert_eq!(
+        ids(&messages(&app, branch).await),
+        ids(&msgs)[..=upto].to_vec()
+    );
+
+    // Finished runs expire with their journal rows; then idle threads go.
+    let expire = RetentionPolicy {
+        keep_turns: None,
+        runs_age: Some(Duration::ZERO),
+        ..policy.clone()
+    };
+    let report = sweep_once(&rt, &expire, "node-a").await.unwrap().unwrap();
+    assert_eq!(report.runs, 6, "{report:?}");
+    assert!(report.run_events > 0, "{report:?}");
+    let (s, r) = app.get_json(&format!("/threads/{tid}/runs/{rid}")).await;
+    assert_eq!(s, 404, "{r}");
+    let idle = RetentionPolicy {
+        keep_turns: None,
+        idle_threads: Some((Duration::ZERO, fawn_checkpoint::PruneStrategy::Delete)),
+        ..policy
+    };
+    let report = sweep_once(&rt, &idle, "node-a").await.unwrap().unwrap();
+    assert_eq!(report.threads_removed, 2, "{report:?}");
+    for t in [tid.as_str(), branch] {
+        let (s, _) = app.get_json(&format!("/threads/{t}")).await;
+        assert_eq!(s, 404);
+    }
+    app.stop().await;
+}
