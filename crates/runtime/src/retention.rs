@@ -7,7 +7,7 @@
 //! What it did goes to the log and to `fawn_retention_*` in `/metrics`.
 
 use crate::error::{Result, RuntimeError};
-use crate::runtime::{Rt, Runtime};
+use crate::runtime::{Runtime, RuntimeHandle};
 use chrono::{DateTime, Utc};
 use fawn_checkpoint::{PruneOutcome, PrunePolicy, PruneStrategy};
 use fawn_config::{CheckpointerConfig, CheckpointerTtlConfig, RetentionConfig};
@@ -202,7 +202,7 @@ fn record(r: &SweepReport) {
 }
 
 /// Sweeps every interval while the runtime runs (nothing when no retention is configured).
-pub async fn sweeper(rt: Rt) {
+pub async fn sweeper(rt: RuntimeHandle) {
     let Some(policy) = RetentionPolicy::from_config(rt.settings.app.checkpointer.as_ref()) else {
         return;
     };
