@@ -11,9 +11,9 @@ mod write;
 pub use write::{CronDraft, create, create_from_body, delete, get, update, update_from_body};
 pub(crate) use write::{delete_as, run_body};
 
+use crate::Result;
 use crate::create::{CreatedRun, RunTarget, create_run};
 use crate::runtime::RuntimeHandle;
-use crate::Result;
 use chrono::{DateTime, Utc};
 use fawn_checkpoint::{Cron, CronKinds, JsonMap};
 use serde_json::{Value, json};
