@@ -3,11 +3,17 @@
 //! and creates each tick's run through the same normalisation as every other run.
 //!
 //! DeerFlow's scheduled tasks are crons too (see [`crate::scheduled`]): the same claim fires
-//! them, when `scheduler.enabled` is on, within `scheduler.max_concurrent_runs`.
+//! them, when `scheduler.enabled` is on, within `scheduler.max_concurrent_runs`, and the same
+//! [`create`] / [`update`] / [`delete`] (in `write`) validate and store both kinds.
 
-use crate::create::{CreatedRun, RunCreate, RunTarget, create_run};
+mod write;
+
+pub use write::{CronDraft, create, create_from_body, delete, get, update, update_from_body};
+pub(crate) use write::{delete_as, run_body};
+
+use crate::Result;
+use crate::create::{CreatedRun, RunTarget, create_run};
 use crate::runtime::RuntimeHandle;
-use crate::{Result, RuntimeError};
 use chrono::{DateTime, Utc};
 use fawn_checkpoint::{Cron, CronKinds, JsonMap};
 use serde_json::{Value, json};
@@ -161,17 +167,7 @@ pub async fn create_cron_run(
     meta.extend(extra);
     meta.insert("cron_id".into(), json!(cron.cron_id));
     payload.insert("metadata".into(), Value::Object(meta));
-    let body: RunCreate = match serde_json::from_value(Value::Object(payload)) {
-        Ok(b) => RunCreate {
-            owner: cron.user_id.clone(),
-            ..b
-        },
-        Err(e) => {
-            return Err(RuntimeError::invalid(format!(
-                "The cron's payload is not a run: {e}"
-            )));
-        }
-    };
+    let body = run_body(&payload, cron.user_id.clone())?;
     let target = match &cron.thread_id {
         Some(t) => RunTarget::Thread(t.clone()),
         None => RunTarget::CronStateless {

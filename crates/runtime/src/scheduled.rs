@@ -18,15 +18,14 @@
 //!   policy). Skips of one-off tasks and runs that could not be created are kept on the task
 //!   (`launch_error`) and shown as its `last_error`.
 
-use crate::create::{OWNER_KEY, RunCreate, RunTarget, prepare_run, resolve_assistant};
-use crate::crons::{create_cron_run, next_run, parse_schedule, parse_tz};
+use crate::create::OWNER_KEY;
+use crate::crons::{self, CronDraft, create_cron_run, next_run, parse_schedule, parse_tz};
 use crate::graphs::LEAD_AGENT;
 use crate::runtime::RuntimeHandle;
 use crate::{Result, RuntimeError};
 use chrono::{DateTime, Duration, NaiveDate, NaiveDateTime, TimeZone, Timelike, Utc};
 use fawn_checkpoint::{
-    Cron, CronFilter, CronPatch, CronQuery, CronSort, JsonMap, NewCron, Run, RunStatus, SortOrder,
-    Thread,
+    Cron, CronFilter, CronPatch, CronQuery, CronSort, JsonMap, Run, RunStatus, SortOrder, Thread,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -264,9 +263,9 @@ fn once_schedule(at: DateTime<Utc>, tz: chrono_tz::Tz) -> String {
 }
 
 /// The run a task's cron creates at each occurrence.
-fn payload(prompt: &str, assistant_id: &str) -> JsonMap {
+fn payload(prompt: &str) -> JsonMap {
     let mut p = JsonMap::new();
-    p.insert("assistant_id".into(), json!(assistant_id));
+    p.insert("assistant_id".into(), json!(LEAD_AGENT));
     p.insert("input".into(), input(prompt));
     // Nobody is there to answer a clarifying question.
     p.insert("context".into(), json!({"non_interactive": true}));
@@ -276,13 +275,6 @@ fn payload(prompt: &str, assistant_id: &str) -> JsonMap {
 
 fn input(prompt: &str) -> Value {
     json!({"messages": [{"role": "user", "content": prompt}]})
-}
-
-fn target(cron_thread: Option<&str>) -> RunTarget {
-    match cron_thread {
-        Some(t) => RunTarget::Thread(t.to_string()),
-        None => RunTarget::CronStateless { keep: true },
-    }
 }
 
 /// Whether a thread may be used by a task: given the thread, true when the caller owns it.
@@ -350,16 +342,7 @@ pub async fn create(rt: &RuntimeHandle, t: NewTask, owns: ThreadCheck<'_>) -> Re
         rt.now(),
         rt.settings.app.scheduler.min_once_delay_seconds,
     )?;
-    let assistant = resolve_assistant(rt, &Some(json!(LEAD_AGENT))).await?;
-    let payload = payload(&t.prompt, &assistant.assistant_id);
-    // The run each occurrence creates must be valid now.
-    let body: RunCreate = serde_json::from_value(Value::Object(payload.clone()))
-        .map_err(|e| invalid(format!("Invalid run: {e}")))?;
-    let body = RunCreate {
-        owner: t.owner.clone(),
-        ..body
-    };
-    prepare_run(rt, body, target(thread_id.as_deref()), &[]).await?;
+    let payload = payload(&t.prompt);
     let spec = TaskSpec {
         title: t.title,
         prompt: t.prompt,
@@ -369,23 +352,24 @@ pub async fn create(rt: &RuntimeHandle, t: NewTask, owns: ThreadCheck<'_>) -> Re
         assistant_id: LEAD_AGENT.to_string(),
         launch_error: None,
     };
-    rt.store
-        .create_cron(NewCron {
-            assistant_id: assistant.assistant_id,
-            on_run_completed: thread_id.is_none().then(|| "keep".to_string()),
+    // The cron path checks that the run each occurrence creates is valid now.
+    crons::create(
+        rt,
+        CronDraft {
+            owner: t.owner,
             thread_id,
-            user_id: t.owner,
             schedule: plan.schedule,
             timezone: Some(t.timezone),
             end_time: plan.end_time,
-            payload,
-            next_run_date: plan.next_run,
-            metadata: JsonMap::new(),
+            next_run: Some(plan.next_run),
             enabled: true,
+            keep_thread: true,
+            payload,
+            metadata: JsonMap::new(),
             task: Some(spec.to_map(None)),
-        })
-        .await
-        .map_err(|e| RuntimeError::store("creating the scheduled task", e))
+        },
+    )
+    .await
 }
 
 /// A task by id (its cron's id), whoever owns it; `None` for a plain cron.
@@ -570,35 +554,24 @@ pub async fn update(
     }
     spec.context_mode = mode;
     patch.task = Some(spec.to_map(cron.task.as_ref()));
-    rt.store
-        .update_cron(&cron.cron_id, patch)
-        .await
-        .map_err(|e| RuntimeError::store("updating the scheduled task", e))
+    crons::update(rt, cron, patch).await
 }
 
 /// Pause (`false`) or resume (`true`) a task: its cron's `enabled`. A resumed task whose
 /// occurrence passed while it was paused fires at the next tick.
 pub async fn set_enabled(rt: &RuntimeHandle, cron: &Cron, enabled: bool) -> Result<Cron> {
     ensure_mutable(rt, cron).await?;
-    rt.store
-        .update_cron(
-            &cron.cron_id,
-            CronPatch {
-                enabled: Some(enabled),
-                ..Default::default()
-            },
-        )
-        .await
-        .map_err(|e| RuntimeError::store("updating the scheduled task", e))
+    let patch = CronPatch {
+        enabled: Some(enabled),
+        ..Default::default()
+    };
+    crons::update(rt, cron, patch).await
 }
 
 /// Deletes a task (its cron); the runs and threads it created stay. False when it did not
 /// exist.
 pub async fn delete(rt: &RuntimeHandle, cron: &Cron) -> Result<bool> {
-    rt.store
-        .delete_cron(&cron.cron_id)
-        .await
-        .map_err(|e| RuntimeError::store("deleting the scheduled task", e))
+    crons::delete_as(rt, &cron.cron_id, "deleting the scheduled task").await
 }
 
 /// Why a trigger created no run.
@@ -650,7 +623,7 @@ async fn record_launch(rt: &RuntimeHandle, cron: &Cron, error: Option<LaunchErro
         next_run_date: used_up.then_some(None),
         ..Default::default()
     };
-    if let Err(e) = rt.store.update_cron(&cron.cron_id, patch).await {
+    if let Err(e) = crons::update(rt, cron, patch).await {
         tracing::warn!(task_id = %cron.cron_id, error = %e, "recording a scheduled task's launch failed");
     }
 }

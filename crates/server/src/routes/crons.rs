@@ -1,4 +1,5 @@
-//! `/runs/crons*` and `/threads/{id}/runs/crons`.
+//! `/runs/crons*` and `/threads/{id}/runs/crons`: bodies read leniently and access checked
+//! here; validation, scheduling and the store writes are `fawn_runtime::crons`'s.
 
 use crate::app::AppState;
 use crate::auth::Principal;
@@ -10,38 +11,10 @@ use crate::wire;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use chrono::{DateTime, Utc};
-use fawn_checkpoint::{CronFilter, CronPatch, CronQuery, CronSort, JsonMap, NewCron};
-use fawn_runtime::create::{RunCreate, RunTarget, prepare_run, resolve_assistant};
-use fawn_runtime::crons::{CRON_KEYS, next_run, parse_schedule, parse_tz};
+use fawn_checkpoint::{CronFilter, CronQuery, CronSort, JsonMap};
+use fawn_runtime::crons;
 use serde::Deserialize;
-use serde_json::{Value, json};
-
-fn parse_time(field: &str, v: &Value) -> ApiResult<Option<DateTime<Utc>>> {
-    match v {
-        Value::Null => Ok(None),
-        Value::String(s) => DateTime::parse_from_rfc3339(s)
-            .map(|d| Some(d.with_timezone(&Utc)))
-            .map_err(|_| {
-                ApiError::unprocessable(format!(
-                    "Invalid request body at `{field}`: '{s}' is not an ISO 8601 date-time"
-                ))
-            }),
-        _ => Err(ApiError::unprocessable(format!(
-            "Invalid request body at `{field}`: must be an ISO 8601 date-time string"
-        ))),
-    }
-}
-
-fn str_field<'a>(body: &'a JsonMap, field: &str) -> ApiResult<Option<&'a str>> {
-    match body.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.as_str())),
-        Some(_) => Err(ApiError::unprocessable(format!(
-            "Invalid request body at `{field}`: must be a string"
-        ))),
-    }
-}
+use serde_json::Value;
 
 async fn create_cron(
     app: &AppState,
@@ -49,79 +22,8 @@ async fn create_cron(
     body: JsonMap,
     thread_id: Option<String>,
 ) -> ApiResult<Response> {
-    let Some(schedule) = str_field(&body, "schedule")? else {
-        return Err(ApiError::unprocessable(
-            "Invalid request body: `schedule` is required",
-        ));
-    };
-    parse_schedule(schedule).map_err(ApiError::unprocessable)?;
-    let timezone = str_field(&body, "timezone")?.map(str::to_string);
-    if let Some(tz) = &timezone {
-        parse_tz(tz).map_err(ApiError::unprocessable)?;
-    }
-    let end_time = parse_time("end_time", body.get("end_time").unwrap_or(&Value::Null))?;
-    let enabled = match body.get("enabled") {
-        None | Some(Value::Null) => true,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => {
-            return Err(ApiError::unprocessable(
-                "Invalid request body at `enabled`: must be a boolean",
-            ));
-        }
-    };
-    let on_run_completed = match str_field(&body, "on_run_completed")? {
-        None | Some("delete") => "delete",
-        Some("keep") => "keep",
-        Some(o) => {
-            return Err(ApiError::unprocessable(format!(
-                "Invalid request body at `on_run_completed`: '{o}' is not one of ['delete', 'keep']"
-            )));
-        }
-    };
-    let mut payload = body.clone();
-    for k in CRON_KEYS {
-        payload.remove(*k);
-    }
-    let run_body: RunCreate = serde_json::from_value(Value::Object(payload.clone()))
-        .map_err(|e| ApiError::unprocessable(format!("Invalid request body: {e}")))?;
-    let assistant = resolve_assistant(&app.rt, &run_body.assistant_id).await?;
-    let target = match &thread_id {
-        Some(t) => RunTarget::Thread(t.clone()),
-        None => RunTarget::CronStateless {
-            keep: on_run_completed == "keep",
-        },
-    };
-    // Validate the run each tick will create, now.
-    let run_body = RunCreate {
-        owner: principal.scope().map(str::to_string),
-        ..run_body
-    };
-    prepare_run(&app.rt, run_body, target, &[]).await?;
-    payload.insert("assistant_id".into(), json!(assistant.assistant_id));
-    let metadata = match body.get("metadata") {
-        Some(Value::Object(m)) => m.clone(),
-        _ => JsonMap::new(),
-    };
-    let next = next_run(schedule, timezone.as_deref(), app.now(), end_time)
-        .map_err(ApiError::unprocessable)?;
-    let cron = app
-        .store()
-        .create_cron(NewCron {
-            assistant_id: assistant.assistant_id.clone(),
-            thread_id: thread_id.clone(),
-            schedule: schedule.to_string(),
-            timezone,
-            end_time,
-            payload,
-            next_run_date: next,
-            metadata,
-            on_run_completed: thread_id.is_none().then(|| on_run_completed.to_string()),
-            enabled,
-            user_id: principal.scope().map(str::to_string),
-            task: None,
-        })
-        .await
-        .map_err(|e| ApiError::store("creating the cron", e))?;
+    let owner = principal.scope().map(str::to_string);
+    let cron = crons::create_from_body(&app.rt, owner, thread_id, body).await?;
     Ok(wire::ok(&wire::cron(&cron)))
 }
 
@@ -144,27 +46,17 @@ pub async fn create_for_thread(
     create_cron(&app, &principal, body, Some(tid)).await
 }
 
-async fn load_cron(app: &AppState, id: &str) -> ApiResult<fawn_checkpoint::Cron> {
-    match app.store().get_cron(id).await {
-        Ok(Some(c)) => Ok(c),
-        Ok(None) => Err(ApiError::not_found(format!("Cron {id} not found"))),
-        Err(e) => Err(ApiError::store("loading the cron", e)),
-    }
-}
-
 pub async fn get_one(State(app): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
     let id = uuid_param("cron", &id)?;
-    Ok(wire::ok(&wire::cron(&load_cron(&app, &id).await?)))
+    match crons::get(&app.rt, &id).await? {
+        Some(c) => Ok(wire::ok(&wire::cron(&c))),
+        None => Err(ApiError::not_found(format!("Cron {id} not found"))),
+    }
 }
 
 pub async fn delete(State(app): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
     let id = uuid_param("cron", &id)?;
-    let existed = app
-        .store()
-        .delete_cron(&id)
-        .await
-        .map_err(|e| ApiError::store("deleting the cron", e))?;
-    if !existed {
+    if !crons::delete(&app.rt, &id).await? {
         return Err(ApiError::not_found(format!("Cron {id} not found")));
     }
     Ok(StatusCode::NO_CONTENT.into_response())
@@ -176,98 +68,8 @@ pub async fn patch(
     JsonBody(body): JsonBody<JsonMap>,
 ) -> ApiResult<Response> {
     let id = uuid_param("cron", &id)?;
-    if body.is_empty() {
-        return Err(ApiError::bad_request("No fields to update"));
-    }
-    let current = load_cron(&app, &id).await?;
-    let mut patch = CronPatch::default();
-    let schedule = match str_field(&body, "schedule")? {
-        Some(s) => {
-            parse_schedule(s).map_err(ApiError::unprocessable)?;
-            patch.schedule = Some(s.to_string());
-            s.to_string()
-        }
-        None => current.schedule.clone(),
-    };
-    let timezone = if body.contains_key("timezone") {
-        let tz = str_field(&body, "timezone")?.map(str::to_string);
-        if let Some(t) = &tz {
-            parse_tz(t).map_err(ApiError::unprocessable)?;
-        }
-        patch.timezone = Some(tz.clone());
-        tz
-    } else {
-        current.timezone.clone()
-    };
-    let end_time = match body.get("end_time") {
-        Some(v) => {
-            let e = parse_time("end_time", v)?;
-            patch.end_time = Some(e);
-            e
-        }
-        None => current.end_time,
-    };
-    if let Some(v) = body.get("enabled") {
-        match v {
-            Value::Bool(b) => patch.enabled = Some(*b),
-            _ => {
-                return Err(ApiError::unprocessable(
-                    "Invalid request body at `enabled`: must be a boolean",
-                ));
-            }
-        }
-    }
-    if body.contains_key("on_run_completed") {
-        match str_field(&body, "on_run_completed")? {
-            None => patch.on_run_completed = Some(None),
-            Some(s @ ("delete" | "keep")) => patch.on_run_completed = Some(Some(s.to_string())),
-            Some(o) => {
-                return Err(ApiError::unprocessable(format!(
-                    "Invalid request body at `on_run_completed`: '{o}' is not one of ['delete', 'keep']"
-                )));
-            }
-        }
-    }
-    if let Some(m) = body.get("metadata") {
-        match m {
-            Value::Object(m) => patch.metadata = Some(m.clone()),
-            Value::Null => {}
-            _ => {
-                return Err(ApiError::unprocessable(
-                    "Invalid request body at `metadata`: must be an object",
-                ));
-            }
-        }
-    }
-    let mut payload_patch = body.clone();
-    for k in CRON_KEYS {
-        payload_patch.remove(*k);
-    }
-    if !payload_patch.is_empty() {
-        let mut merged = current.payload.clone();
-        merged.extend(payload_patch.clone());
-        let run_body: RunCreate = serde_json::from_value(Value::Object(merged.clone()))
-            .map_err(|e| ApiError::unprocessable(format!("Invalid request body: {e}")))?;
-        let target = match &current.thread_id {
-            Some(t) => RunTarget::Thread(t.clone()),
-            None => RunTarget::CronStateless { keep: true },
-        };
-        let assistant = resolve_assistant(&app.rt, &run_body.assistant_id).await?;
-        prepare_run(&app.rt, run_body, target, &[]).await?;
-        payload_patch.insert("assistant_id".into(), json!(assistant.assistant_id));
-        patch.payload = Some(payload_patch);
-    }
-    if patch.schedule.is_some() || patch.timezone.is_some() || patch.end_time.is_some() {
-        let next = next_run(&schedule, timezone.as_deref(), app.now(), end_time)
-            .map_err(ApiError::unprocessable)?;
-        patch.next_run_date = Some(next);
-    }
-    let c = app
-        .store()
-        .update_cron(&id, patch)
-        .await
-        .map_err(|e| ApiError::store("updating the cron", e))?;
-    Ok(wire::ok(&wire::cron(&c)))
+    let cron = crons::update_from_body(&app.rt, &id, body).await?;
+    Ok(wire::ok(&wire::cron(&cron)))
 }
 
 #[derive(Debug, Default, Deserialize)]
