@@ -178,15 +178,43 @@ impl Routes {
     }
 }
 
+/// Answers a request refused here, before its handler read its body. An unread body left on
+/// a kept-alive connection makes the server close it after the answer, and a client that
+/// already sent its next request on that connection sees it drop ("server disconnected
+/// without sending a response"); saying `Connection: close` with the answer tells the
+/// client not to reuse it.
+fn refuse(has_body: bool, answer: impl IntoResponse) -> Response {
+    let mut r = answer.into_response();
+    if has_body {
+        r.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    r
+}
+
+/// Whether the request carries a body its handler would read.
+fn has_body(req: &Request) -> bool {
+    let h = req.headers();
+    h.contains_key(axum::http::header::TRANSFER_ENCODING)
+        || h.get(axum::http::header::CONTENT_LENGTH)
+            .is_some_and(|v| v.as_bytes() != b"0")
+}
+
 async fn enforce(
     rules: &[(Verb, Allowed)],
     resource: Resource,
     req: Request,
     next: Next,
 ) -> Response {
+    let with_body = has_body(&req);
     let declared = Verb::of(req.method()).and_then(|m| rules.iter().find(|(rm, _)| *rm == m));
     let Some((_, who)) = declared else {
-        return ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed").into_response();
+        return refuse(
+            with_body,
+            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed"),
+        );
     };
     if *who == Allowed::Public {
         return next.run(req).await;
@@ -196,10 +224,13 @@ async fn enforce(
     }
     let principal = match req.extensions().get::<Caller>() {
         Some(Caller(Some(p))) => p.clone(),
-        _ => return unauthenticated().into_response(),
+        _ => return refuse(with_body, unauthenticated()),
     };
     if matches!(who, Allowed::Admin | Allowed::Metrics) && !principal.is_admin() {
-        return ApiError::new(StatusCode::FORBIDDEN, "Admin access required").into_response();
+        return refuse(
+            with_body,
+            ApiError::new(StatusCode::FORBIDDEN, "Admin access required"),
+        );
     }
     if resource == Resource::None || principal.scope().is_none() {
         return next.run(req).await;
@@ -239,7 +270,7 @@ async fn enforce(
     };
     match check {
         Ok(()) => next.run(req).await,
-        Err(e) => e.into_response(),
+        Err(e) => refuse(with_body, e),
     }
 }
 

@@ -12,6 +12,7 @@ backends!(
     api_keys_and_bearer_tokens,
     every_route_declares_who_may_call_it,
     users_see_only_their_own_data,
+    a_refusal_before_the_body_is_read_closes_the_connection,
     threads_from_before_auth_go_to_the_first_admin,
     the_first_start_admin_is_the_one_the_setup_completes,
 );
@@ -684,6 +685,67 @@ async fn every_route_declares_who_may_call_it(db: Db) {
     // The test hook is an admin's.
     let r = call(&app, &bob, "POST", "/internal/truncate", Some(json!({}))).await;
     assert_eq!(r.status, 403);
+}
+
+/// Another user's thread refused with a request body still unread: the answer says
+/// `Connection: close`, so a client does not send its next request on a connection the
+/// server is about to drop (the SDK suites saw "server disconnected without sending a
+/// response" on the request after such a 404). Without a body the connection is kept.
+async fn a_refusal_before_the_body_is_read_closes_the_connection(db: Db) {
+    let Some(app) = spawn_auth(db).await else {
+        return;
+    };
+    let (_admin, alice, bob) = admin_and_users(&app).await;
+    let ids = alice_resources(&app, &alice).await;
+    let Cred::Key(key) = &bob else {
+        panic!("bob signs in with an API key");
+    };
+    let tid = &ids.thread;
+    let refused = |method: reqwest::Method, path: String, body: Option<Value>| {
+        let mut req = app
+            .client
+            .request(method, app.u(&path))
+            .header("x-api-key", key);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        req.send()
+    };
+    let with_body = refused(
+        reqwest::Method::POST,
+        format!("/threads/{tid}/runs"),
+        Some(json!({"assistant_id": "lead_agent", "input": {"messages": []}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(with_body.status(), 404);
+    assert_eq!(
+        with_body
+            .headers()
+            .get("connection")
+            .map(|v| v.to_str().unwrap()),
+        Some("close")
+    );
+    let without = refused(reqwest::Method::GET, format!("/threads/{tid}"), None)
+        .await
+        .unwrap();
+    assert_eq!(without.status(), 404);
+    assert_eq!(without.headers().get("connection"), None);
+    // Unauthenticated, with a body: the same.
+    let anon = app
+        .client
+        .post(app.u("/threads/search"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anon.status(), 401);
+    assert_eq!(
+        anon.headers()
+            .get("connection")
+            .map(|v| v.to_str().unwrap()),
+        Some("close")
+    );
 }
 
 async fn users_see_only_their_own_data(db: Db) {
