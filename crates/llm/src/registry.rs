@@ -205,7 +205,7 @@ impl std::fmt::Debug for ProviderOptions {
 
 /// A shared HTTP client for model calls (connection pooling, `TCP_NODELAY`).
 pub fn default_http_client() -> Result<reqwest::Client, String> {
-    reqwest::Client::builder()
+    fawn_net::client_builder()
         .connect_timeout(Duration::from_secs(30))
         .tcp_nodelay(true)
         .pool_idle_timeout(Duration::from_secs(90))

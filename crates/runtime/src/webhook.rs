@@ -98,7 +98,7 @@ pub struct WebhookClients {
 impl WebhookClients {
     pub fn new() -> std::result::Result<WebhookClients, String> {
         let base = || {
-            reqwest::Client::builder()
+            fawn_net::client_builder()
                 .redirect(reqwest::redirect::Policy::none())
                 .connect_timeout(Duration::from_secs(5))
                 .tcp_nodelay(true)

@@ -60,7 +60,7 @@ async fn start(auth: bool) -> Result<Server> {
         config,
     };
     let deadline = Instant::now() + Duration::from_secs(30);
-    let client = reqwest::Client::new();
+    let client = fawn_net::client();
     while client
         .get(format!("{}/ok", server.url))
         .send()
@@ -82,7 +82,7 @@ async fn measure(
     path: &str,
     headers: reqwest::header::HeaderMap,
 ) -> Result<f64> {
-    let client = reqwest::Client::builder()
+    let client = fawn_net::client_builder()
         .default_headers(headers)
         .build()?;
     let url = format!("{}{path}", server.url);
@@ -131,7 +131,7 @@ async fn main() -> Result<()> {
 
     // Authentication off: the baseline.
     let off = start(false).await?;
-    let client = reqwest::Client::new();
+    let client = fawn_net::client();
     let t: serde_json::Value = client
         .post(format!("{}/threads", off.url))
         .json(&serde_json::json!({}))
@@ -163,7 +163,7 @@ async fn main() -> Result<()> {
     let key = String::from_utf8(out.stdout)?.trim().to_string();
     let mut key_headers = reqwest::header::HeaderMap::new();
     key_headers.insert("x-api-key", key.parse()?);
-    let t: serde_json::Value = reqwest::Client::builder()
+    let t: serde_json::Value = fawn_net::client_builder()
         .default_headers(key_headers.clone())
         .build()?
         .post(format!("{}/threads", on.url))

@@ -81,7 +81,7 @@ async fn start_node(
         proc: Proc(cmd.spawn().context("starting fawn serve")?),
         url: format!("http://127.0.0.1:{port}"),
     };
-    let client = reqwest::Client::new();
+    let client = fawn_net::client();
     let deadline = Instant::now() + Duration::from_secs(60);
     while client.get(format!("{}/ok", node.url)).send().await.is_err() {
         if Instant::now() > deadline {
@@ -126,7 +126,7 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
 }
 
 async fn cross_node(a: &Node, b: &Node) -> Result<Vec<f64>> {
-    let client = reqwest::Client::new();
+    let client = fawn_net::client();
     let mut all = Vec::new();
     for _ in 0..3 {
         let t: serde_json::Value = client
@@ -174,7 +174,7 @@ async fn cross_node(a: &Node, b: &Node) -> Result<Vec<f64>> {
 }
 
 async fn throughput(nodes: &[&Node], runs: usize) -> Result<(f64, f64)> {
-    let client = reqwest::Client::new();
+    let client = fawn_net::client();
     let pids: Vec<u32> = nodes.iter().map(|n| n.proc.0.id()).collect();
     let before: f64 = pids.iter().map(|p| cpu_ms(*p).unwrap_or(0.0)).sum();
     let started = Instant::now();
@@ -232,7 +232,7 @@ async fn long_run(
     con: &mut sqlx::PgConnection,
     schema: &str,
 ) -> Result<(String, String, String)> {
-    let client = reqwest::Client::new();
+    let client = fawn_net::client();
     let t: serde_json::Value = client
         .post(format!("{}/threads", node.url))
         .json(&serde_json::json!({}))
@@ -266,7 +266,7 @@ async fn long_run(
 
 /// `cancel?wait=true` on B of runs executing on A: milliseconds per request.
 async fn cancels(a: &Node, b: &Node, db_url: &str, schema: &str) -> Result<Vec<f64>> {
-    let client = reqwest::Client::new();
+    let client = fawn_net::client();
     let mut con = pg(db_url).await?;
     let mut out = Vec::new();
     for _ in 0..10 {
@@ -318,7 +318,7 @@ async fn takeover(nodes: &mut [Node], victim: usize, ctx: &Ctx<'_>) -> Result<f6
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let survivor = &nodes[(victim + 1) % nodes.len()];
-    reqwest::Client::new()
+    fawn_net::client()
         .post(format!(
             "{}/threads/{tid}/runs/{rid}/cancel?wait=true",
             survivor.url

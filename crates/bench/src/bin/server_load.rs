@@ -345,7 +345,7 @@ async fn start_server_with(
 
 /// Polls `GET {url}/ok` until it answers 2xx, `alive` fails or `limit` passes.
 async fn wait_ok(url: &str, limit: Duration, mut alive: impl FnMut() -> Result<()>) -> Result<()> {
-    let client = reqwest::Client::new();
+    let client = fawn_net::client();
     let deadline = Instant::now() + limit;
     loop {
         if let Ok(r) = client.get(format!("{url}/ok")).send().await
@@ -659,7 +659,7 @@ fn content_text(content: &Value) -> String {
 /// One checked run: the target does the workload's turn (model → `present_files` → model,
 /// and a title for `deerflow`). Returns a one-line description of what it saw.
 async fn probe(target: &Target, workload: Workload) -> Result<String> {
-    let client = reqwest::Client::new();
+    let client = fawn_net::client();
     let tid = create_thread(&client, &target.url).await?;
     let r = client
         .post(format!("{}/threads/{tid}/runs/wait", target.url))
@@ -829,7 +829,7 @@ async fn measure(
     iterations: usize,
     mock_pid: Option<u32>,
 ) -> Result<LoadStats> {
-    let client = reqwest::Client::builder()
+    let client = fawn_net::client_builder()
         .pool_max_idle_per_host(concurrency)
         .tcp_nodelay(true)
         .build()?;
@@ -908,7 +908,7 @@ async fn load(target: &Target, mode: Mode, concurrency: usize, iterations: usize
 }
 
 async fn threads_rss(server: &Server, count: usize) -> Result<f64> {
-    let client = reqwest::Client::new();
+    let client = fawn_net::client();
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..64 {
@@ -1181,7 +1181,7 @@ async fn versus_official(script: &Path, mut plan: Plan) -> Result<()> {
         official.url,
         official.log.display()
     );
-    let client = reqwest::Client::new();
+    let client = fawn_net::client();
     for url in [&fawn.url, &official.url] {
         let info: Value = client
             .get(format!("{url}/info"))

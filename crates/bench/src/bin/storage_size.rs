@@ -167,7 +167,7 @@ async fn start_server_with(
         proc: Proc(child),
         url: format!("http://127.0.0.1:{port}"),
     };
-    let client = reqwest::Client::new();
+    let client = fawn_net::client();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Ok(r) = client.get(format!("{}/ok", server.url)).send().await
@@ -382,7 +382,7 @@ async fn run(o: &Options, dir: &Path) -> Result<()> {
     let (_mock, mock_url) = start_mock()?;
     let db = dir.join("home").join("data").join("fawn.db");
     let wal = dir.join("home").join("data").join("fawn.db-wal");
-    let client = reqwest::Client::new();
+    let client = fawn_net::client();
     let server = start_server(dir, &mock_url, o.fawn.as_deref()).await?;
     tokio::time::sleep(o.settle).await;
     println!(

@@ -133,7 +133,7 @@ async fn a_backup_taken_while_runs_stream_restores_on_a_new_server() {
     let home = tempfile::tempdir().unwrap();
     let config = write_config(home.path(), &mock);
     let server = serve(home.path(), &config);
-    let http = reqwest::Client::new();
+    let http = fawn_net::client();
     let mut threads = Vec::new();
     for i in 0..16 {
         let t = json_of(http.post(server.url("/threads")).json(&json!({}))).await;

@@ -347,7 +347,7 @@ async fn a_tool_calling_run_is_one_trace_of_its_model_and_tool_calls() {
     mock.push(Turn::tool_call("ls", json!({"path": "/mnt/user-data"})));
     mock.push(Turn::text("all listed"));
     let fawn = start(&mock, &[("OTEL_EXPORTER_OTLP_ENDPOINT", &base)]);
-    let http = reqwest::Client::new();
+    let http = fawn_net::client();
     let thread = new_thread(&http, &fawn).await;
     let traceparent = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
     let cookie = format!("access_token={COOKIE}");
@@ -547,7 +547,7 @@ async fn a_subagent_and_a_failed_model_call_are_traced() {
     mock.push(Turn::text("the subagent's answer"));
     mock.push(Turn::text("all done"));
     let fawn = start(&mock, &[("OTEL_EXPORTER_OTLP_ENDPOINT", &base)]);
-    let http = reqwest::Client::new();
+    let http = fawn_net::client();
     let thread = new_thread(&http, &fawn).await;
     run_wait(
         &http,
@@ -646,7 +646,7 @@ async fn langsmith_and_langfuse_variables_work_unchanged() {
             ),
         ],
     );
-    let http = reqwest::Client::new();
+    let http = fawn_net::client();
     let info: Value = http
         .get(fawn.url("/info"))
         .send()
@@ -765,7 +765,7 @@ async fn a_dead_collector_neither_slows_nor_fails_runs() {
             ("OTEL_EXPORTER_OTLP_TIMEOUT", "600000"),
         ],
     );
-    let http = reqwest::Client::new();
+    let http = fawn_net::client();
     let thread = new_thread(&http, &fawn).await;
     // Each run makes several spans; the export of the first batch never returns, so the
     // queue fills and spans are dropped — while every run completes.

@@ -92,7 +92,7 @@ impl Gw {
         TestApp {
             url: format!("http://127.0.0.1:{port}"),
             port,
-            client: reqwest::Client::new(),
+            client: fawn_net::client(),
             handle,
             server: Some(server),
             mock,

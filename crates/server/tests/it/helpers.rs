@@ -250,7 +250,7 @@ pub async fn spawn_with(spec: Spawn) -> Option<TestApp> {
     Some(TestApp {
         url: format!("http://127.0.0.1:{port}"),
         port,
-        client: reqwest::Client::new(),
+        client: fawn_net::client(),
         handle,
         server: Some(server),
         mock,

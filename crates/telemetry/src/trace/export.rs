@@ -559,7 +559,7 @@ pub(super) fn build_provider(
             destination: d.name,
             message,
         };
-        let client = reqwest::Client::builder()
+        let client = fawn_net::client_builder()
             .timeout(config.export_timeout)
             .build()
             .map_err(|e| failed(e.to_string()))?;

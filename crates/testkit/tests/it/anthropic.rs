@@ -78,7 +78,7 @@ async fn non_streaming_message_and_errors() {
         retry_after_secs: Some(2),
     }));
     mock.push(Turn::fault(Fault::InsufficientQuota));
-    let c = reqwest::Client::new();
+    let c = fawn_net::client();
     let url = format!("{}/messages", mock.base_url());
     let r: Value = c
         .post(&url)
@@ -121,7 +121,7 @@ async fn rules_see_anthropic_tool_results() {
     .unwrap();
     let mut b = body(false);
     b["tools"] = json!([{"name": "lookup", "input_schema": {"type": "object"}}]);
-    let c = reqwest::Client::new();
+    let c = fawn_net::client();
     let url = format!("{}/messages", mock.url());
     let r: Value = c
         .post(&url)

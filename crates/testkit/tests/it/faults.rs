@@ -9,7 +9,7 @@ fn body(stream: bool) -> Value {
 }
 
 async fn post(mock: &MockLlm, stream: bool) -> reqwest::Response {
-    reqwest::Client::new()
+    fawn_net::client()
         .post(format!("{}/chat/completions", mock.base_url()))
         .json(&body(stream))
         .send()
@@ -118,13 +118,8 @@ async fn slow_stream_delays_chunks_and_hang_is_released_on_stop() {
 
     mock.push(Turn::fault(Fault::Hang));
     let url = format!("{}/chat/completions", mock.base_url());
-    let pending = tokio::spawn(async move {
-        reqwest::Client::new()
-            .post(url)
-            .json(&body(true))
-            .send()
-            .await
-    });
+    let pending =
+        tokio::spawn(async move { fawn_net::client().post(url).json(&body(true)).send().await });
     assert!(mock.wait_for_requests(2, Duration::from_secs(5)).await);
     // Still no answer while the mock runs.
     tokio::task::yield_now().await;

@@ -130,7 +130,7 @@ async fn whole_responses_and_google_errors() {
     }));
     mock.push(Turn::fault(Fault::Unauthorized));
     mock.push(Turn::fault(Fault::InsufficientQuota));
-    let c = reqwest::Client::new();
+    let c = fawn_net::client();
     let url = format!("{}/v1beta/models/g:generateContent", mock.url());
     let r: Value = c
         .post(&url)

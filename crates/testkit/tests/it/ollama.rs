@@ -15,7 +15,7 @@ fn body(stream: Option<bool>) -> Value {
 
 /// Every NDJSON line of the answer to `body`, and the response's content type.
 async fn lines(mock: &MockLlm, body: &Value) -> (Vec<Value>, String) {
-    let r = reqwest::Client::new()
+    let r = fawn_net::client()
         .post(format!("{}/api/chat", mock.url()))
         .json(body)
         .send()
@@ -88,7 +88,7 @@ async fn whole_responses_errors_and_tags() {
         retry_after_secs: Some(3),
     }));
     mock.push(Turn::fault(Fault::ServerError));
-    let c = reqwest::Client::new();
+    let c = fawn_net::client();
     let url = format!("{}/api/chat", mock.url());
     let r: Value = c
         .post(&url)
@@ -152,7 +152,7 @@ async fn rules_see_tool_messages_and_broken_streams() {
     assert_eq!(text, "found");
 
     mock.push(Turn::text("a b c").with_fault(Fault::MalformedChunk { after_chunks: 1 }));
-    let text = reqwest::Client::new()
+    let text = fawn_net::client()
         .post(format!("{}/api/chat", mock.url()))
         .json(&body(None))
         .send()

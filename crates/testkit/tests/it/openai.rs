@@ -190,7 +190,7 @@ async fn non_streaming_completion_shape() {
     let mock = MockLlm::start().await.unwrap();
     mock.push(Turn::tool_call("search", json!({"q": "rust"})).with_reasoning("hmm"));
     let url = format!("{}/chat/completions", mock.base_url());
-    let resp: Value = reqwest::Client::new()
+    let resp: Value = fawn_net::client()
         .post(&url)
         .json(&chat(false, false))
         .send()
@@ -218,7 +218,7 @@ async fn models_listing_and_unknown_route() {
     let mock = MockLlm::start_with(MockConfig::default().with_model("demo-1"))
         .await
         .unwrap();
-    let c = reqwest::Client::new();
+    let c = fawn_net::client();
     let models: Value = c
         .get(format!("{}/models", mock.base_url()))
         .send()
@@ -246,7 +246,7 @@ async fn records_method_path_headers_and_body() {
     let mock = MockLlm::start().await.unwrap();
     let url = format!("{}/chat/completions?x=1", mock.base_url());
     sse(&url, &chat(true, false)).await.unwrap();
-    reqwest::Client::new()
+    fawn_net::client()
         .post(format!("{}/chat/completions", mock.base_url()))
         .header("Authorization", "Bearer sk-test")
         .header("X-Custom", "abc")

@@ -3,7 +3,7 @@ use futures::StreamExt;
 use serde_json::json;
 
 async fn post(mock: &MockLlm, path: &str, stream: bool) -> reqwest::Response {
-    reqwest::Client::new()
+    fawn_net::client()
         .post(format!("{}{path}", mock.url()))
         .json(&json!({"model": "m", "stream": stream, "max_tokens": 8,
                       "messages": [{"role": "user", "content": "hi"}]}))

@@ -3,7 +3,7 @@ use serde_json::Value;
 
 /// Sends `body` to `url` and returns the SSE `(event, data)` pairs up to the end of the body.
 pub async fn sse(url: &str, body: &Value) -> anyhow::Result<Vec<(String, String)>> {
-    let resp = reqwest::Client::new().post(url).json(body).send().await?;
+    let resp = fawn_net::client().post(url).json(body).send().await?;
     anyhow::ensure!(resp.status().is_success(), "status {}", resp.status());
     let mut events = eventsource_stream::EventStream::new(resp.bytes_stream());
     let mut out = Vec::new();

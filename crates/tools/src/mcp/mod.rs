@@ -198,7 +198,7 @@ impl McpManager {
             .as_deref()
             .and_then(|p| p.parent())
             .map(|p| p.to_path_buf());
-        let http = reqwest::Client::builder()
+        let http = fawn_net::client_builder()
             .connect_timeout(Duration::from_secs(10))
             .build()
             .unwrap_or_default();

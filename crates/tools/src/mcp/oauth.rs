@@ -383,7 +383,7 @@ mod tests {
     use super::*;
 
     fn source(cfg: McpOAuthConfig) -> Result<TokenSource, String> {
-        TokenSource::new("s", cfg, reqwest::Client::new(), Redactor::default())
+        TokenSource::new("s", cfg, fawn_net::client(), Redactor::default())
     }
 
     #[test]

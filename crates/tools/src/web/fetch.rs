@@ -92,7 +92,7 @@ impl WebFetchTool {
         };
         let client = match backend {
             FetchBackend::Direct => {
-                let mut b = reqwest::Client::builder()
+                let mut b = fawn_net::client_builder()
                     .user_agent(USER_AGENT)
                     .redirect(reqwest::redirect::Policy::none())
                     .no_proxy()

@@ -226,7 +226,7 @@ fn api_key(option: &Option<String>, env: &str) -> Option<String> {
 
 /// Client for trusted provider APIs.
 fn provider_client(timeout: Duration) -> Result<reqwest::Client, String> {
-    reqwest::Client::builder()
+    fawn_net::client_builder()
         .user_agent(USER_AGENT)
         .connect_timeout(timeout.min(Duration::from_secs(10)))
         .timeout(timeout)

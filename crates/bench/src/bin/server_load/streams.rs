@@ -174,7 +174,9 @@ pub async fn run(plan: StreamPlan) -> Result<()> {
     // inherits from here); its concurrency default is sized from memory.
     let server = start_server_with(&mock_url, None, Workload::Minimal, None, &[]).await?;
     println!("mock LLM at {mock_url}, fawn at {} (SQLite)", server.url);
-    let status: serde_json::Value = reqwest::get(format!("{}/ok", server.url))
+    let status: serde_json::Value = fawn_net::client()
+        .get(format!("{}/ok", server.url))
+        .send()
         .await?
         .json()
         .await?;
@@ -186,7 +188,7 @@ pub async fn run(plan: StreamPlan) -> Result<()> {
         );
     }
 
-    let client = reqwest::Client::builder()
+    let client = fawn_net::client_builder()
         // Every stream holds its own connection; idle ones are reused for the next run.
         .pool_max_idle_per_host(n)
         .tcp_nodelay(true)
