@@ -8,18 +8,31 @@ VENV := .venv
 FUZZ_VENV := .venv-fuzz
 SDK_JS := tests/sdk/js
 
-.PHONY: test deps lint fmt build release dist serve bench clean-data sdk-test sdk-bins fuzz nodes-test
+.PHONY: test test-build test-envs rust-tests deps lint fmt build release dist serve bench clean-data sdk-test sdk-bins fuzz nodes-test
 
 ## Everything CI checks: formatting, lints, unit + integration tests (SQLite and Postgres),
-## then, side by side (each spawns its own servers on port 0), the SDK compatibility suites
-## (real Python and JS LangGraph SDKs against `fawn serve`), the multi-node suite and the API
-## fuzz run (schemathesis, bounded time, zero server errors). The fuzz run is bounded by time,
-## so running it beside the suites costs cases, not minutes; each suite's output is printed
-## in one piece when it ends.
-test: deps lint
+## the SDK compatibility suites (real Python and JS LangGraph SDKs against `fawn serve`), the
+## multi-node suite and the API fuzz run (schemathesis, bounded time, zero server errors).
+## Two phases, each side by side: first the lints and every build (CPU-bound) while the Python
+## and JS test environments install (network-bound); then every test suite at once — the cargo
+## tests spend most of their time waiting, and each suite spawns its own servers on port 0
+## with its own database or schema. The fuzz run is bounded by time, so beside the others it
+## tries fewer cases rather than taking longer. Phase 2 prints each suite's output in one
+## piece when it ends; a failing suite fails the make.
+test: deps
+	$(MAKE) --no-print-directory -j3 test-build test-envs
+	$(MAKE) --no-print-directory --output-sync=target -j4 rust-tests sdk-test nodes-test fuzz BINS_BUILT=1
+
+test-build: lint
+	$(CARGO) test --workspace --all-targets --locked --no-run
+	$(CARGO) build --locked --workspace --all-targets
+
+test-envs: $(VENV)/.installed $(FUZZ_VENV)/.installed $(SDK_JS)/node_modules/.installed
+
+## The cargo tests alone (what `test-build` built), then the doc tests.
+rust-tests:
 	$(CARGO) test --workspace --all-targets --locked
 	$(CARGO) test --workspace --doc --locked
-	$(MAKE) --no-print-directory --output-sync=target -j3 sdk-test nodes-test fuzz
 
 ## Three `fawn serve` on one Postgres behind a round-robin proxy, with and without the Redis
 ## event bus (Redis at TEST_REDIS_URL, default redis://127.0.0.1:6379), driven by the SDK.
@@ -46,8 +59,12 @@ sdk-test: sdk-bins $(VENV)/.installed $(SDK_JS)/node_modules/.installed
 ## The binaries the suites spawn, built with the same features as the cargo tests (which
 ## already built them): building `-p fawn --bins` alone would resolve features without the
 ## dev-dependencies and compile the workspace a second time.
+## (`make test` builds them in its first phase and sets BINS_BUILT, so that no cargo build
+## waits on the lock the running cargo tests hold.)
 sdk-bins:
+ifndef BINS_BUILT
 	$(CARGO) build --locked --workspace --all-targets
+endif
 
 $(VENV)/.installed: tests/sdk/python/requirements.txt
 	$(VENV)/bin/python -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
