@@ -4,7 +4,7 @@
 //! server runs on the same file (SQLite's own locking keeps them apart).
 
 use crate::backend::db::sqlite_file_sizes;
-use crate::{BackendConfig, Result, StoreError};
+use crate::{BackendConfig, Result, RetentionEstimate, RetentionStore, StoreError, SweepQuery};
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -220,6 +220,19 @@ pub async fn stats(config: &BackendConfig) -> Result<DbStats> {
         }
         BackendConfig::Postgres { url, schema } => pg_stats(url, schema.as_deref()).await,
     }
+}
+
+/// What a retention sweep of `query` would remove now (counts and rough bytes), by the
+/// planning the sweeper itself uses ([`RetentionStore::estimate_sweep`]). Read-only, like
+/// [`stats`]: no migration, nothing written; safe while a server runs.
+pub async fn retention_estimate(
+    config: &BackendConfig,
+    query: &SweepQuery,
+) -> Result<RetentionEstimate> {
+    let store = crate::backend::SqlStore::open_read_only(config).await?;
+    let estimate = store.estimate_sweep(query).await;
+    store.close_db().await;
+    estimate
 }
 
 /// A consistent copy of the SQLite database at `dest` (`VACUUM INTO`: one read

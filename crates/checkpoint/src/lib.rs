@@ -27,7 +27,9 @@ pub mod types;
 
 pub use ids::{checkpoint_id_after, new_checkpoint_id};
 pub use journal::*;
-pub use retention::{ExpiredRuns, PruneOutcome, PrunePolicy, RetentionStore};
+pub use retention::{
+    ExpiredRuns, PruneOutcome, PrunePolicy, RetentionEstimate, RetentionStore, SweepQuery,
+};
 pub use types::*;
 
 use async_trait::async_trait;

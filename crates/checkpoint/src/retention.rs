@@ -20,6 +20,7 @@
 //! computed) from a read; the write transaction only checks that what the plan relied on
 //! is unchanged (else the batch is left for the next sweep) and applies it.
 
+use crate::PruneStrategy;
 use chrono::{DateTime, Utc};
 
 /// Which intermediate checkpoints [`RetentionStore::prune_checkpoints`] removes.
@@ -77,6 +78,34 @@ pub struct ExpiredRuns {
     pub run_events: u64,
 }
 
+/// A whole sweep as the store sees it: what [`RetentionStore::estimate_sweep`] estimates
+/// (the runtime's sweeper makes the same calls with the same thresholds).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SweepQuery {
+    /// Threads without activity before this instant ([`RetentionStore::idle_threads`])
+    /// are deleted, or cut to their latest checkpoint ([`PruneStrategy::KeepLatest`]).
+    pub idle_threads: Option<(DateTime<Utc>, PruneStrategy)>,
+    /// Finished runs last updated before this instant expire ([`RetentionStore::expire_runs`]).
+    pub runs_before: Option<DateTime<Utc>>,
+    /// Checkpoint pruning of the other threads ([`RetentionStore::prune_checkpoints`]).
+    pub prune: Option<PrunePolicy>,
+}
+
+/// What a sweep would remove now ([`RetentionStore::estimate_sweep`]), counted as a
+/// sweep's report counts: threads removed (or cut to their latest checkpoint),
+/// checkpoints pruned, runs expired and their journal rows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RetentionEstimate {
+    pub threads: u64,
+    pub checkpoints: u64,
+    pub runs: u64,
+    pub run_events: u64,
+    /// Bytes of the stored values that would go (rows' payload as stored, so packed
+    /// values count packed; not pages). Rough: the steps' writes that pruning joins into
+    /// the checkpoints it keeps are counted as gone.
+    pub bytes: u64,
+}
+
 /// The store side of retention (both databases).
 #[async_trait::async_trait]
 pub trait RetentionStore: Send + Sync {
@@ -110,4 +139,9 @@ pub trait RetentionStore: Send + Sync {
     /// Up to `limit` threads without activity since `before` (last update), not busy and
     /// without a TTL of their own, oldest first: what `checkpointer.ttl.default_ttl` expires.
     async fn idle_threads(&self, before: DateTime<Utc>, limit: u64) -> crate::Result<Vec<String>>;
+    /// What a sweep of `query` would remove now, read only: the idle threads, the runs
+    /// that expire (not those of threads that go), and the checkpoints each other thread's
+    /// pruning plan removes (the plan pruning itself makes; all of them, where a sweep
+    /// prunes at most `max_batches` batches of a thread and leaves the rest for the next).
+    async fn estimate_sweep(&self, query: &SweepQuery) -> crate::Result<RetentionEstimate>;
 }

@@ -60,11 +60,14 @@ enum Command {
 
 #[derive(Subcommand, Debug)]
 enum DbCommand {
-    /// Sizes per table and index, the largest threads, the WAL and free space. Read-only;
-    /// safe while the server runs.
+    /// Sizes per table and index, the largest threads, the WAL and free space, and what
+    /// retention (`checkpointer.ttl` / `checkpointer.retention`, or the flags below, which
+    /// take precedence) would remove. Read-only; safe while the server runs.
     Stats {
         #[arg(long)]
         config: Option<PathBuf>,
+        #[command(flatten)]
+        retention: RetentionFlags,
     },
     /// A consistent copy of the SQLite database at PATH (a new file), taken while the
     /// server may be running: it holds every write committed when the copy began. Start
@@ -81,6 +84,45 @@ enum DbCommand {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+}
+
+/// `fawn db stats`: the retention to estimate, instead of the configured one.
+#[derive(clap::Args, Debug, Default, Clone)]
+struct RetentionFlags {
+    /// Keep the step checkpoints of each thread's newest N turns (`retention.keep_turns`).
+    #[arg(long, value_name = "N")]
+    keep_turns: Option<u32>,
+    /// Keep step checkpoints younger than D days (`retention.keep_days`).
+    #[arg(long, value_name = "D")]
+    keep_days: Option<f64>,
+    /// Expire finished runs not updated for D days (`retention.runs_days`).
+    #[arg(long, value_name = "D")]
+    runs_days: Option<f64>,
+    /// Remove threads idle for M minutes (`ttl.default_ttl`, strategy `delete`).
+    #[arg(long, value_name = "M")]
+    thread_ttl_minutes: Option<f64>,
+}
+
+impl RetentionFlags {
+    /// The configured `checkpointer` section with the flags laid over it.
+    fn over(
+        &self,
+        configured: Option<&fawn_config::CheckpointerConfig>,
+    ) -> fawn_config::CheckpointerConfig {
+        let mut cp = configured.cloned().unwrap_or_default();
+        let mut ret = cp.retention.clone().unwrap_or_default();
+        ret.keep_turns = self.keep_turns.or(ret.keep_turns);
+        ret.keep_days = self.keep_days.or(ret.keep_days);
+        ret.runs_days = self.runs_days.or(ret.runs_days);
+        cp.retention = Some(ret);
+        if let Some(m) = self.thread_ttl_minutes {
+            let mut ttl = cp.ttl.clone().unwrap_or_default();
+            ttl.default_ttl = Some(m);
+            ttl.strategy = "delete".to_string();
+            cp.ttl = Some(ttl);
+        }
+        cp
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -656,9 +698,59 @@ fn megabytes(bytes: u64) -> String {
     format!("{:.2} MB", bytes as f64 / 1_000_000.0)
 }
 
+/// `fawn db stats`: what a retention sweep would remove now, with the configured policy
+/// (or the flags'), planned by the store's own sweep rules.
+async fn print_retention_estimate(
+    backend: &fawn_checkpoint::BackendConfig,
+    settings: &fawn_config::Settings,
+    flags: &RetentionFlags,
+) -> anyhow::Result<()> {
+    use fawn_runtime::retention::RetentionPolicy;
+    let cp = flags.over(settings.app.checkpointer.as_ref());
+    let Some(policy) = RetentionPolicy::from_config(Some(&cp)) else {
+        println!(
+            "\nretention: none configured (checkpointer.ttl / checkpointer.retention, or \
+             --keep-turns, --keep-days, --runs-days, --thread-ttl-minutes)"
+        );
+        return Ok(());
+    };
+    let query = policy.query(fawn_checkpoint::ids::now());
+    let e = fawn_checkpoint::admin::retention_estimate(backend, &query)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut rules = Vec::new();
+    if let Some(k) = policy.keep_turns {
+        rules.push(format!("keep_turns {k}"));
+    }
+    if let Some(d) = cp.retention.as_ref().and_then(|r| r.keep_days) {
+        rules.push(format!("keep_days {d}"));
+    }
+    if let Some(d) = cp.retention.as_ref().and_then(|r| r.runs_days) {
+        rules.push(format!("runs_days {d}"));
+    }
+    if let Some((_, strategy)) = policy.idle_threads {
+        let m = cp
+            .ttl
+            .as_ref()
+            .and_then(|t| t.default_ttl)
+            .unwrap_or_default();
+        rules.push(format!("default_ttl {m} min ({strategy:?})"));
+    }
+    println!("\nretention ({}) would remove now:", rules.join(", "));
+    println!(
+        "  {} threads, {} checkpoints, {} runs with {} journal rows: about {} of stored values",
+        e.threads,
+        e.checkpoints,
+        e.runs,
+        e.run_events,
+        megabytes(e.bytes)
+    );
+    Ok(())
+}
+
 fn db_command(cmd: DbCommand) -> anyhow::Result<()> {
     let config = match &cmd {
-        DbCommand::Stats { config } | DbCommand::Vacuum { config } => config.clone(),
+        DbCommand::Stats { config, .. } | DbCommand::Vacuum { config } => config.clone(),
         DbCommand::Backup { config, .. } => config.clone(),
     };
     let settings = load_settings(config, false)?;
@@ -666,7 +758,7 @@ fn db_command(cmd: DbCommand) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     runtime(Some(1))?.block_on(async move {
         match cmd {
-            DbCommand::Stats { .. } => {
+            DbCommand::Stats { retention, .. } => {
                 let s = fawn_checkpoint::admin::stats(&backend)
                     .await
                     .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -702,6 +794,7 @@ fn db_command(cmd: DbCommand) -> anyhow::Result<()> {
                 for t in &s.largest_threads {
                     println!("  {:>10}  {}", megabytes(t.bytes), t.thread_id);
                 }
+                print_retention_estimate(&backend, &settings, &retention).await?;
             }
             DbCommand::Backup { path, .. } => {
                 let size = fawn_checkpoint::admin::backup(&backend, &path)

@@ -9,7 +9,7 @@
 use crate::error::{Result, RuntimeError};
 use crate::runtime::{Runtime, RuntimeHandle};
 use chrono::{DateTime, Utc};
-use fawn_checkpoint::{PruneOutcome, PrunePolicy, PruneStrategy};
+use fawn_checkpoint::{PruneOutcome, PrunePolicy, PruneStrategy, SweepQuery};
 use fawn_config::{CheckpointerConfig, CheckpointerTtlConfig, RetentionConfig};
 use std::time::Duration;
 
@@ -79,6 +79,19 @@ impl RetentionPolicy {
             ..PrunePolicy::default()
         }
     }
+
+    /// What a sweep at `now` asks of the store: the thresholds [`sweep_once`] uses, and
+    /// what `fawn db stats` hands to the store's estimate
+    /// (`fawn_checkpoint::RetentionStore::estimate_sweep`).
+    pub fn query(&self, now: DateTime<Utc>) -> SweepQuery {
+        SweepQuery {
+            idle_threads: self
+                .idle_threads
+                .map(|(age, strategy)| (before(now, age), strategy)),
+            runs_before: self.runs_age.map(|age| before(now, age)),
+            prune: self.prunes().then(|| self.prune_policy(now)),
+        }
+    }
 }
 
 fn t_keep_latest(ttl: &CheckpointerTtlConfig) -> bool {
@@ -93,7 +106,13 @@ pub struct SweepReport {
     pub checkpoints: PruneOutcome,
     pub runs: u64,
     pub run_events: u64,
+    /// SQLite: free pages handed back to the file system right after the sweep.
+    pub pages_vacuumed: u64,
 }
+
+/// At most this many maintenance steps (64 pages each, see `Persistence::maintain`) after a
+/// sweep; the idle maintenance returns whatever is left.
+const VACUUM_STEPS: usize = 1024;
 
 fn before(now: DateTime<Utc>, age: Duration) -> DateTime<Utc> {
     chrono::Duration::from_std(age)
@@ -125,11 +144,12 @@ pub async fn sweep_once(
     }
     let mut report = SweepReport::default();
     let limit = policy.batch as u64;
-    if let Some((age, strategy)) = policy.idle_threads {
+    let query = policy.query(now);
+    if let Some((idle_before, strategy)) = query.idle_threads {
         loop {
             let ids = rt
                 .store
-                .idle_threads(before(now, age), limit)
+                .idle_threads(idle_before, limit)
                 .await
                 .map_err(store_err("listing idle threads"))?;
             if ids.is_empty() {
@@ -143,11 +163,11 @@ pub async fn sweep_once(
             }
         }
     }
-    if let Some(age) = policy.runs_age {
+    if let Some(runs_before) = query.runs_before {
         loop {
             let out = rt
                 .store
-                .expire_runs(before(now, age), limit)
+                .expire_runs(runs_before, limit)
                 .await
                 .map_err(store_err("expiring runs"))?;
             report.runs += out.runs;
@@ -157,8 +177,7 @@ pub async fn sweep_once(
             }
         }
     }
-    if policy.prunes() {
-        let prune = policy.prune_policy(now);
+    if let Some(prune) = &query.prune {
         let mut after: Option<String> = None;
         loop {
             let ids = rt
@@ -170,7 +189,7 @@ pub async fn sweep_once(
             after = Some(last.clone());
             for id in &ids {
                 report.threads_visited += 1;
-                match rt.store.prune_checkpoints(id, &prune).await {
+                match rt.store.prune_checkpoints(id, prune).await {
                     Ok(out) => report.checkpoints.add(&out),
                     // One thread's failure does not stop the sweep.
                     Err(e) => {
@@ -179,6 +198,24 @@ pub async fn sweep_once(
                 }
             }
             if rt.queue.stopping.is_cancelled() {
+                break;
+            }
+        }
+    }
+    let removed =
+        report.threads_removed + report.checkpoints.deleted + report.runs + report.run_events;
+    if removed > 0 {
+        // What the sweep freed goes back to the file system now (SQLite, in steps that hold
+        // the writer for about a millisecond each; nothing on Postgres), rather than when
+        // the database next stays idle for a second.
+        for _ in 0..VACUUM_STEPS {
+            let m = rt.store.maintain().await;
+            report.pages_vacuumed += m.pages_vacuumed;
+            if !m.ran
+                || m.pages_vacuumed == 0
+                || m.free_pages == 0
+                || rt.queue.stopping.is_cancelled()
+            {
                 break;
             }
         }
@@ -227,6 +264,7 @@ pub async fn sweeper(rt: RuntimeHandle) {
                     batches = r.checkpoints.batches,
                     runs_expired = r.runs,
                     run_events_expired = r.run_events,
+                    pages_vacuumed = r.pages_vacuumed,
                     ms = started.elapsed().as_millis() as u64,
                     "retention sweep"
                 );

@@ -135,11 +135,11 @@ pub(super) async fn materialize(tx: &mut Tx, thread_id: &str, ns: &str, id: &str
         .ok_or_else(|| DbErr::corrupt(format!("checkpoint {id} could not be rebuilt")))?;
     let text = state_json(state)?;
     let len = text.len() as i64;
-    let snapshot = match tx {
-        Tx::Sqlite(_) => super::pack::pack(&text).map(|b| Arg::Blob(Some(b))),
-        Tx::Pg(_) => None,
-    }
-    .unwrap_or(Arg::Text(Some(text)));
+    let dialect = match tx {
+        Tx::Sqlite(_) => Dialect::Sqlite,
+        Tx::Pg(_) => Dialect::Postgres,
+    };
+    let snapshot = Arg::packed_text(dialect, text);
     tx.exec(
         Sql::new(concat!(
             "UPDATE checkpoints SET snapshot = $4, snap_bytes = $5, delta_bytes = 0 ",
@@ -288,6 +288,8 @@ pub(super) struct Prepared {
     run_id: Option<String>,
     metadata: Arg,
     writes: String,
+    /// SQLite: the writes packed (see `pack`), stored instead of their text.
+    packed_writes: Option<Vec<u8>>,
     snapshot: Option<String>,
     /// SQLite: the snapshot packed (see `pack`), stored instead of its text.
     packed: Option<Vec<u8>>,
@@ -327,7 +329,10 @@ fn row_args(sql: Sql, p: &Prepared, now: chrono::DateTime<chrono::Utc>) -> Sql {
     sql.bind(p.parent_id.clone())
         .bind(p.run_id.clone())
         .arg(p.metadata.clone())
-        .bind(p.writes.as_str())
+        .arg(match &p.packed_writes {
+            Some(bytes) => Arg::Blob(Some(bytes.clone())),
+            None => Arg::Text(Some(p.writes.clone())),
+        })
         .arg(match &p.packed {
             Some(bytes) => Arg::Blob(Some(bytes.clone())),
             None => Arg::Text(p.snapshot.clone()),
@@ -695,6 +700,10 @@ impl SqlStore {
             (Some(text), Dialect::Sqlite) => super::pack::pack(text),
             _ => None,
         };
+        let packed_writes = match self.dialect() {
+            Dialect::Sqlite => super::pack::pack(&writes),
+            Dialect::Postgres => None,
+        };
         let next = serde_json::to_value(&cp.next).unwrap_or(Value::Array(Vec::new()));
         let tasks = serde_json::to_value(&cp.tasks)
             .map_err(|e| DbErr::invalid(format!("tasks cannot be stored as JSON: {e}")))?;
@@ -706,6 +715,7 @@ impl SqlStore {
             run_id: cp.run_id.clone(),
             metadata: Arg::json_map(&cp.metadata),
             writes,
+            packed_writes,
             snapshot,
             packed,
             accounting,

@@ -208,7 +208,7 @@ pub(crate) enum Arg {
     Bool(Option<bool>),
     /// JSON text; bound as TEXT on SQLite and JSONB on Postgres.
     Json(Option<String>),
-    /// Bytes (a packed snapshot, SQLite only: see `pack`).
+    /// Bytes (a packed value, SQLite only: see `pack`).
     Blob(Option<Vec<u8>>),
 }
 
@@ -233,6 +233,41 @@ impl Arg {
 
     pub fn opt_ts(t: Option<DateTime<Utc>>) -> Arg {
         Arg::Int(t.map(crate::ids::to_micros))
+    }
+
+    /// A large text value of a column no SQL looks into: on SQLite deflated (a BLOB behind
+    /// the pack prefix, see `pack`) when that pays, else the text. Every `Row` text and
+    /// JSON accessor reads both.
+    pub fn packed_text(dialect: Dialect, text: String) -> Arg {
+        match packed(dialect, &text) {
+            Some(bytes) => Arg::Blob(Some(bytes)),
+            None => Arg::Text(Some(text)),
+        }
+    }
+
+    /// [`Arg::packed_text`] for a JSON column (JSONB on Postgres, which compresses large
+    /// values itself).
+    pub fn packed_json(dialect: Dialect, text: String) -> Arg {
+        match packed(dialect, &text) {
+            Some(bytes) => Arg::Blob(Some(bytes)),
+            None => Arg::Json(Some(text)),
+        }
+    }
+
+    /// [`Arg::packed_json`] of an optional value.
+    pub fn opt_packed_json(dialect: Dialect, v: Option<&Value>) -> Arg {
+        match v {
+            Some(v) => Arg::packed_json(dialect, v.to_string()),
+            None => Arg::Json(None),
+        }
+    }
+}
+
+/// `text` packed, on SQLite only.
+fn packed(dialect: Dialect, text: &str) -> Option<Vec<u8>> {
+    match dialect {
+        Dialect::Sqlite => super::pack::pack(text),
+        Dialect::Postgres => None,
     }
 }
 
@@ -699,6 +734,11 @@ fn migrator(dialect: Dialect) -> Migrator {
                 "maintenance leases",
                 include_str!("../../../../migrations/sqlite/0009_maintenance_leases.sql"),
             ),
+            (
+                10,
+                "packed values, no checkpoints_run",
+                include_str!("../../../../migrations/sqlite/0010_packed_values.sql"),
+            ),
         ],
         Dialect::Postgres => &[
             (
@@ -1032,6 +1072,63 @@ impl Db {
         })
     }
 
+    /// An existing database opened to read only (`fawn db stats`): no migration, no
+    /// background maintenance, nothing created; writes fail. A database of a newer Fawn is
+    /// refused as at start.
+    pub async fn open_read_only(config: &crate::BackendConfig) -> crate::Result<Db> {
+        match config {
+            crate::BackendConfig::Sqlite { path } => {
+                if !path.exists() {
+                    return Err(StoreError::NotFound(format!(
+                        "no database at {}",
+                        path.display()
+                    )));
+                }
+                refuse_newer(Dialect::Sqlite, sqlite_newest_migration(path)?)?;
+                let owned = path.to_path_buf();
+                let lite = tokio::task::spawn_blocking(move || Lite::open_read_only(&owned, 1))
+                    .await
+                    .map_err(|e| db_error(&format!("cannot open {}", path.display()), e))?
+                    .map_err(|e| db_error(&format!("cannot open {}", path.display()), e))?;
+                Ok(Db {
+                    dialect: Dialect::Sqlite,
+                    pools: Pools::Sqlite {
+                        checkpointer: tokio::spawn(async {}),
+                        lite: Arc::new(lite),
+                    },
+                })
+            }
+            crate::BackendConfig::Postgres { url, schema } => {
+                let mut options = PgConnectOptions::from_str(url)
+                    .map_err(|e| StoreError::Invalid(format!("invalid Postgres URL: {e}")))?;
+                if let Some(schema) = schema {
+                    if !valid_schema_name(schema) {
+                        return Err(StoreError::Invalid(format!(
+                            "invalid Postgres schema name {schema:?}: use letters, digits and _"
+                        )));
+                    }
+                    options = options.options([("search_path", schema.as_str())]);
+                }
+                let pool = PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect_with(options)
+                    .await
+                    .map_err(|e| db_error("cannot connect to Postgres", e))?;
+                if let Err(e) = refuse_newer(Dialect::Postgres, pg_newest_migration(&pool).await?) {
+                    pool.close().await;
+                    return Err(e);
+                }
+                Ok(Db {
+                    dialect: Dialect::Postgres,
+                    pools: Pools::Pg {
+                        pool,
+                        waiting: Arc::default(),
+                    },
+                })
+            }
+        }
+    }
+
     /// Connects to Postgres, creates `schema` if needed (every pooled connection then has
     /// it as its `search_path`), and migrates.
     pub async fn open_postgres(
@@ -1283,14 +1380,14 @@ mod tests {
 
     #[test]
     fn latest_migrations() {
-        assert_eq!(latest_migration(Dialect::Sqlite), 9);
+        assert_eq!(latest_migration(Dialect::Sqlite), 10);
         assert_eq!(latest_migration(Dialect::Postgres), 12);
-        assert!(refuse_newer(Dialect::Sqlite, Some((9, "x".into()))).is_ok());
+        assert!(refuse_newer(Dialect::Sqlite, Some((10, "x".into()))).is_ok());
         assert!(refuse_newer(Dialect::Sqlite, None).is_ok());
-        let e = refuse_newer(Dialect::Sqlite, Some((10, "next".into())))
+        let e = refuse_newer(Dialect::Sqlite, Some((11, "next".into())))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("migration 10") && e.contains("up to 9"), "{e}");
+        assert!(e.contains("migration 11") && e.contains("up to 10"), "{e}");
     }
 
     #[test]

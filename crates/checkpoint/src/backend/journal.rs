@@ -83,10 +83,22 @@ fn window(b: &mut Binds, q: &EventQuery) -> (String, String, bool) {
     (conds, tail, descending)
 }
 
+/// A row's content as stored: packed on SQLite when large (see `pack`; nothing in SQL
+/// looks into it).
+fn content_arg(dialect: Dialect, e: &NewRunEvent) -> Arg {
+    Arg::packed_json(dialect, e.content.to_string())
+}
+
 /// The one-statement append: the run's rows after the thread's last `seq`, `RETURNING` the
 /// seqs they took. It inserts nothing when the journal is empty and `may_start` is false
 /// (the caller seeds it), or when the thread is gone. At most [`INSERT_CHUNK`] rows.
-fn fast_insert(thread_id: &str, run_id: &str, events: &[NewRunEvent], may_start: bool) -> Sql {
+fn fast_insert(
+    dialect: Dialect,
+    thread_id: &str,
+    run_id: &str,
+    events: &[NewRunEvent],
+    may_start: bool,
+) -> Sql {
     let mut b = Binds::new();
     let thread = b.push(thread_id);
     let run = b.push(run_id);
@@ -99,7 +111,7 @@ fn fast_insert(thread_id: &str, run_id: &str, events: &[NewRunEvent], may_start:
                 i + 1,
                 b.push(e.event_type.as_str()),
                 b.push(e.category.as_str()),
-                b.push(Arg::json(&e.content)),
+                b.push(content_arg(dialect, e)),
                 b.push(Arg::json_map(&e.metadata)),
                 b.push(Arg::ts(e.created_at)),
             )
@@ -204,7 +216,7 @@ async fn append_locked_in(
                 b.push(*run_id),
                 b.push(e.event_type.as_str()),
                 b.push(e.category.as_str()),
-                b.push(Arg::json(&e.content)),
+                b.push(content_arg(dialect, e)),
                 b.push(Arg::json_map(&e.metadata)),
                 b.push(Arg::ts(e.created_at)),
             ));
@@ -236,7 +248,13 @@ pub(super) async fn append_in_sqlite_tx(
 ) -> DbResult<Vec<RunEvent>> {
     if events.len() <= INSERT_CHUNK {
         let rows = tx
-            .all(fast_insert(thread_id, run_id, events, seed.is_none()))
+            .all(fast_insert(
+                Dialect::Sqlite,
+                thread_id,
+                run_id,
+                events,
+                seed.is_none(),
+            ))
             .await?;
         if !rows.is_empty() {
             return fast_stored(thread_id, run_id, events, &rows);
@@ -263,7 +281,13 @@ impl SqlStore {
         for _ in 0..FAST_ATTEMPTS {
             match self
                 .db
-                .write_all(fast_insert(thread_id, run_id, events, may_start))
+                .write_all(fast_insert(
+                    self.dialect(),
+                    thread_id,
+                    run_id,
+                    events,
+                    may_start,
+                ))
                 .await
             {
                 Ok(rows) if rows.is_empty() => return Ok(None),

@@ -195,6 +195,42 @@ impl Lite {
         })
     }
 
+    /// An existing database opened for reading only (`fawn db stats`): every connection is
+    /// read-only and there is no writer, so a write fails as on a closed database.
+    pub fn open_read_only(path: &Path, readers: u32) -> rusqlite::Result<Lite> {
+        let connect = || {
+            let conn = Connection::open_with_flags(
+                path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )?;
+            conn.busy_timeout(Duration::from_secs(10))?;
+            Ok(conn)
+        };
+        let readers = (0..readers.max(1))
+            .map(|_| connect().map(|c| Mutex::new(Some(c))))
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(Lite {
+            writer: Arc::new(AsyncMutex::new(Writer {
+                conn: None,
+                open: None,
+                next_group: 1,
+            })),
+            shared: Arc::new(Shared {
+                waiting: AtomicUsize::new(0),
+                taken: AtomicU64::new(0),
+                finished: watch::channel(0).0,
+                failures: Mutex::new(VecDeque::new()),
+                changes: std::sync::atomic::AtomicU64::new(0),
+            }),
+            readers: readers.into(),
+            next_reader: AtomicUsize::new(0),
+            checkpointer: Arc::new(Mutex::new(None)),
+            acquire_timeout: Duration::from_secs(10),
+            path: path.to_path_buf(),
+            auto_vacuum: 0,
+        })
+    }
+
     /// The database file's path.
     pub fn path(&self) -> &Path {
         &self.path
@@ -789,7 +825,8 @@ impl LiteRow {
         Ok(self.opt_int(col)?.map(|i| i != 0))
     }
 
-    /// A JSON column: TEXT holding JSON, or a number a JSON function produced.
+    /// A JSON column: TEXT holding JSON, a packed BLOB (see `pack`), or a number a JSON
+    /// function produced.
     pub fn opt_json(&self, col: &str) -> DbResult<Option<Value>> {
         let parse = |bytes: &[u8]| {
             serde_json::from_slice::<Value>(bytes)
@@ -798,7 +835,14 @@ impl LiteRow {
         match self.value(col)? {
             LiteValue::Null => Ok(None),
             LiteValue::Text(s) => parse(s.as_bytes()).map(Some),
-            LiteValue::Blob(b) => parse(b).map(Some),
+            LiteValue::Blob(b) => match super::pack::unpack(b) {
+                Some(text) => parse(
+                    text.map_err(|e| DbErr::corrupt(format!("column {col}: {e}")))?
+                        .as_bytes(),
+                )
+                .map(Some),
+                None => parse(b).map(Some),
+            },
             LiteValue::Integer(i) => Ok(Some(Value::from(*i))),
             LiteValue::Real(f) => Ok(Some(Value::from(*f))),
         }

@@ -91,6 +91,20 @@ impl SqlStore {
         })
     }
 
+    /// An existing database opened to read only (see [`Db::open_read_only`]).
+    pub async fn open_read_only(config: &BackendConfig) -> Result<SqlStore> {
+        Ok(SqlStore {
+            db: Db::open_read_only(config).await?,
+            cache: StateCache::new(0, 0),
+            inserts: checkpoints::insert_batcher(),
+        })
+    }
+
+    /// Closes the connections.
+    pub async fn close_db(&self) {
+        self.db.close().await;
+    }
+
     fn dialect(&self) -> Dialect {
         self.db.dialect
     }
@@ -493,7 +507,7 @@ impl Where {
             Dialect::Sqlite => {
                 // For scalars, containment at a key is equality; nested values get an exact
                 // check in Rust.
-                if self.sqlite_key_clauses(column, filter) {
+                if self.sqlite_key_clauses(column, filter, false) {
                     self.post_eq.push((column, filter.clone()));
                 }
             }
@@ -511,16 +525,32 @@ impl Where {
                 self.clauses.push(format!("{column} @> {p}"));
             }
             Dialect::Sqlite => {
-                if self.sqlite_key_clauses(column, filter) {
+                if self.sqlite_key_clauses(column, filter, false) {
                     self.post.push((column, filter.clone()));
                 }
             }
         }
     }
 
+    /// [`Where::contains`] on a column that SQLite may store packed (see `pack`): SQL
+    /// cannot look into a packed row, so it lets those through and Rust checks every row.
+    pub fn contains_packed(&mut self, column: &'static str, filter: &Map<String, Value>) {
+        if filter.is_empty() || self.dialect == Dialect::Postgres {
+            return self.contains(column, filter);
+        }
+        self.sqlite_key_clauses(column, filter, true);
+        self.post.push((column, filter.clone()));
+    }
+
     /// SQLite conditions on each top-level key of `filter`: type and value for scalars, type
-    /// only for objects and arrays. Returns true when Rust must finish the check.
-    fn sqlite_key_clauses(&mut self, column: &'static str, filter: &Map<String, Value>) -> bool {
+    /// only for objects and arrays (`packed`: a packed row passes them all). Returns true
+    /// when Rust must finish the check.
+    fn sqlite_key_clauses(
+        &mut self,
+        column: &'static str,
+        filter: &Map<String, Value>,
+        packed: bool,
+    ) -> bool {
         // Top-level scalars are checked in SQL; nested objects and arrays get a type
         // check in SQL and the full containment check in Rust.
         let mut post = false;
@@ -561,6 +591,12 @@ impl Where {
                     post = true;
                     format!("{ty} = 'array'")
                 }
+            };
+            let clause = if packed {
+                // CASE, not OR: the JSON functions must never see a packed BLOB.
+                format!("(CASE WHEN typeof({column}) = 'blob' THEN 1 ELSE {clause} END)")
+            } else {
+                clause
             };
             self.clauses.push(clause);
         }

@@ -6,7 +6,10 @@ use super::chain::{decode_updates, decode_writes_json, mergeable, writes_need_no
 use super::checkpoints::materialize;
 use super::db::{Arg, DbErr, DbResult, Dialect, Exec, Sql, Tx, retry};
 use crate::Result;
-use crate::retention::{ExpiredRuns, PruneOutcome, PrunePolicy, RetentionStore};
+use crate::retention::{
+    ExpiredRuns, PruneOutcome, PrunePolicy, RetentionEstimate, RetentionStore, SweepQuery,
+};
+use crate::types::PruneStrategy;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -26,6 +29,29 @@ struct Node {
     interrupted: bool,
     is_snapshot: bool,
     created_at: DateTime<Utc>,
+    /// Bytes of its stored values (what removing it frees, roughly).
+    bytes: i64,
+}
+
+/// Finished runs last updated before `$1`: what run expiry deletes (and estimates).
+macro_rules! expired_runs {
+    () => {
+        "status NOT IN ('pending', 'running') AND updated_at < $1"
+    };
+}
+
+/// Threads without activity since `$1`, not busy, without a TTL of their own: what the
+/// idle-thread sweep removes (and estimates).
+macro_rules! idle_threads {
+    () => {
+        "updated_at < $1 AND status <> 'busy' AND expires_at IS NULL"
+    };
+}
+
+/// The bytes a dialect stores for a value: `length` (SQLite: bytes of a BLOB, characters of
+/// TEXT) or `pg_column_size` (Postgres: as stored, compressed).
+fn len_fn(dialect: Dialect) -> &'static str {
+    dialect.pick("length", "pg_column_size")
 }
 
 fn node_from_row(r: &super::db::Row) -> DbResult<Node> {
@@ -48,6 +74,7 @@ fn node_from_row(r: &super::db::Row) -> DbResult<Node> {
         interrupted,
         is_snapshot: r.boolean("is_snap")?,
         created_at: r.ts("created_at")?,
+        bytes: r.int("bytes")?,
     })
 }
 
@@ -91,10 +118,22 @@ async fn plan(
     }
     let rows = exec
         .all(
-            Sql::new(concat!(
-                "SELECT checkpoint_id, parent_id, metadata, next, tasks, created_at, ",
-                "snapshot IS NOT NULL AS is_snap FROM checkpoints ",
-                "WHERE thread_id = $1 AND checkpoint_ns = '' ORDER BY checkpoint_id"
+            Sql::new(dialect.pick(
+                concat!(
+                    "SELECT checkpoint_id, parent_id, metadata, next, tasks, created_at, ",
+                    "snapshot IS NOT NULL AS is_snap, length(writes) + ",
+                    "COALESCE(length(snapshot), 0) + length(metadata) + length(next) + ",
+                    "length(tasks) AS bytes FROM checkpoints ",
+                    "WHERE thread_id = $1 AND checkpoint_ns = '' ORDER BY checkpoint_id"
+                ),
+                concat!(
+                    "SELECT checkpoint_id, parent_id, metadata, next, tasks, created_at, ",
+                    "snapshot IS NOT NULL AS is_snap, (pg_column_size(writes) + ",
+                    "COALESCE(pg_column_size(snapshot), 0) + pg_column_size(metadata) + ",
+                    "pg_column_size(next) + pg_column_size(tasks))::bigint AS bytes ",
+                    "FROM checkpoints ",
+                    "WHERE thread_id = $1 AND checkpoint_ns = '' ORDER BY checkpoint_id"
+                ),
             ))
             .bind(thread_id),
         )
@@ -313,13 +352,7 @@ async fn rewires(
                 // Joined writes are as large as a turn: on SQLite they are stored packed,
                 // like snapshots (every reader of `writes` unpacks them).
                 let text = Value::Array(joined).to_string();
-                Fix::Join(
-                    match dialect {
-                        Dialect::Sqlite => super::pack::pack(&text).map(|b| Arg::Blob(Some(b))),
-                        Dialect::Postgres => None,
-                    }
-                    .unwrap_or(Arg::Text(Some(text))),
-                )
+                Fix::Join(Arg::packed_text(dialect, text))
             } else {
                 Fix::Snapshot
             }
@@ -552,8 +585,9 @@ impl SqlStore {
         let rows = tx
             .all(
                 Sql::new(concat!(
-                    "SELECT run_id, thread_id FROM runs WHERE status NOT IN ('pending', 'running') ",
-                    "AND updated_at < $1 ORDER BY updated_at LIMIT $2"
+                    "SELECT run_id, thread_id FROM runs WHERE ",
+                    expired_runs!(),
+                    " ORDER BY updated_at LIMIT $2"
                 ))
                 .arg(Arg::ts(before))
                 .bind(super::clamp_i64(limit)),
@@ -593,14 +627,149 @@ impl SqlStore {
             .db
             .read_all(
                 Sql::new(concat!(
-                    "SELECT thread_id FROM threads WHERE updated_at < $1 AND status <> 'busy' ",
-                    "AND expires_at IS NULL ORDER BY updated_at LIMIT $2"
+                    "SELECT thread_id FROM threads WHERE ",
+                    idle_threads!(),
+                    " ORDER BY updated_at LIMIT $2"
                 ))
                 .arg(Arg::ts(before))
                 .bind(super::clamp_i64(limit)),
             )
             .await?;
         rows.iter().map(|r| r.text("thread_id")).collect()
+    }
+}
+
+impl SqlStore {
+    /// Bytes of every stored value of a thread: what deleting it frees (roughly).
+    async fn thread_bytes(&self, thread_id: &str) -> DbResult<u64> {
+        let len = len_fn(self.dialect());
+        let text = format!(
+            "SELECT COALESCE(SUM(b), 0) AS bytes FROM (\
+             SELECT {len}(writes) + COALESCE({len}(snapshot), 0) + {len}(metadata) \
+             + {len}(next) + {len}(tasks) AS b FROM checkpoints WHERE thread_id = $1 \
+             UNION ALL SELECT {len}(value) FROM checkpoint_writes WHERE thread_id = $1 \
+             UNION ALL SELECT {len}(content) + {len}(metadata) FROM run_events WHERE thread_id = $1 \
+             UNION ALL SELECT {len}(kwargs) + {len}(metadata) FROM runs WHERE thread_id = $1 \
+             UNION ALL SELECT COALESCE({len}(state_values), 0) + {len}(metadata) FROM threads \
+             WHERE thread_id = $1) AS t"
+        );
+        let row = self
+            .db
+            .read_opt(Sql::dynamic(text, vec![Arg::from(thread_id)]))
+            .await?;
+        Ok(match row {
+            Some(r) => u64::try_from(r.int("bytes")?).unwrap_or(0),
+            None => 0,
+        })
+    }
+
+    /// Bytes of a kept thread's checkpoints other than the latest of each namespace: what
+    /// cutting it to its latest checkpoint frees (roughly).
+    async fn older_checkpoint_bytes(&self, thread_id: &str) -> DbResult<u64> {
+        let len = len_fn(self.dialect());
+        let text = format!(
+            "SELECT COALESCE(SUM({len}(writes) + COALESCE({len}(snapshot), 0) + {len}(metadata) \
+             + {len}(next) + {len}(tasks)), 0) AS bytes FROM checkpoints c WHERE thread_id = $1 \
+             AND checkpoint_id < (SELECT MAX(checkpoint_id) FROM checkpoints l \
+             WHERE l.thread_id = c.thread_id AND l.checkpoint_ns = c.checkpoint_ns)"
+        );
+        let row = self
+            .db
+            .read_opt(Sql::dynamic(text, vec![Arg::from(thread_id)]))
+            .await?;
+        Ok(match row {
+            Some(r) => u64::try_from(r.int("bytes")?).unwrap_or(0),
+            None => 0,
+        })
+    }
+
+    async fn estimate_sweep_once(&self, q: &SweepQuery) -> DbResult<RetentionEstimate> {
+        let mut out = RetentionEstimate::default();
+        let len = len_fn(self.dialect());
+        // Threads the idle sweep takes: deleted ones take their runs along, and neither
+        // kind has steps left to prune afterwards.
+        let mut deleted: HashSet<String> = HashSet::new();
+        let mut idle: HashSet<String> = HashSet::new();
+        if let Some((before, strategy)) = q.idle_threads {
+            let rows = self
+                .db
+                .read_all(
+                    Sql::new(concat!(
+                        "SELECT thread_id FROM threads WHERE ",
+                        idle_threads!()
+                    ))
+                    .arg(Arg::ts(before)),
+                )
+                .await?;
+            for r in &rows {
+                let id = r.text("thread_id")?;
+                out.threads += 1;
+                out.bytes += match strategy {
+                    PruneStrategy::Delete => self.thread_bytes(&id).await?,
+                    PruneStrategy::KeepLatest => self.older_checkpoint_bytes(&id).await?,
+                };
+                if strategy == PruneStrategy::Delete {
+                    deleted.insert(id.clone());
+                }
+                idle.insert(id);
+            }
+        }
+        if let Some(before) = q.runs_before {
+            let text = format!(
+                "SELECT thread_id, COUNT(*) AS n, COALESCE(SUM({len}(kwargs) + {len}(metadata)), 0) \
+                 AS bytes FROM runs WHERE {} GROUP BY thread_id",
+                expired_runs!()
+            );
+            for r in self
+                .db
+                .read_all(Sql::dynamic(text, vec![Arg::ts(before)]))
+                .await?
+            {
+                if !deleted.contains(&r.text("thread_id")?) {
+                    out.runs += u64::try_from(r.int("n")?).unwrap_or(0);
+                    out.bytes += u64::try_from(r.int("bytes")?).unwrap_or(0);
+                }
+            }
+            let text = format!(
+                "SELECT e.thread_id, COUNT(*) AS n, \
+                 COALESCE(SUM({len}(e.content) + {len}(e.metadata)), 0) AS bytes \
+                 FROM run_events e WHERE EXISTS (SELECT 1 FROM runs \
+                 WHERE runs.thread_id = e.thread_id AND runs.run_id = e.run_id AND {}) \
+                 GROUP BY e.thread_id",
+                expired_runs!()
+            );
+            for r in self
+                .db
+                .read_all(Sql::dynamic(text, vec![Arg::ts(before)]))
+                .await?
+            {
+                if !deleted.contains(&r.text("thread_id")?) {
+                    out.run_events += u64::try_from(r.int("n")?).unwrap_or(0);
+                    out.bytes += u64::try_from(r.int("bytes")?).unwrap_or(0);
+                }
+            }
+        }
+        if let Some(policy) = &q.prune {
+            let mut after: Option<String> = None;
+            loop {
+                let ids = self.retention_threads_once(after.as_deref(), 100).await?;
+                let Some(last) = ids.last() else { break };
+                after = Some(last.clone());
+                for id in ids.iter().filter(|id| !idle.contains(*id)) {
+                    let Some(p) =
+                        plan(&mut Exec::Read(&self.db), self.dialect(), id, policy).await?
+                    else {
+                        continue;
+                    };
+                    out.checkpoints += p.prunable.len() as u64;
+                    for c in &p.prunable {
+                        let bytes = p.nodes.get(c).map_or(0, |n| n.bytes);
+                        out.bytes += u64::try_from(bytes).unwrap_or(0);
+                    }
+                }
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -641,5 +810,9 @@ impl RetentionStore for SqlStore {
 
     async fn idle_threads(&self, before: DateTime<Utc>, limit: u64) -> Result<Vec<String>> {
         retry!(self.idle_threads_once(before, limit))
+    }
+
+    async fn estimate_sweep(&self, query: &SweepQuery) -> Result<RetentionEstimate> {
+        retry!(self.estimate_sweep_once(query))
     }
 }

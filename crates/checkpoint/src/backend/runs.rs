@@ -9,7 +9,9 @@
 use super::checkpoints::delete_run_checkpoints;
 use super::db::{Arg, DbErr, DbResult, Dialect, Sql, Tx, retry};
 use super::journal::append_in_sqlite_tx;
-use super::threads::{apply_summary, refresh_expiry, summary_config, summary_has_next};
+use super::threads::{
+    apply_summary, refresh_expiry, summary_config, summary_has_next, summary_values,
+};
 use super::{
     SqlStore, cancel_action_str, clamp_i64, lock_thread, refresh_thread_status, run_cols,
     run_from_row, thread_not_found,
@@ -130,14 +132,15 @@ async fn end_cancelled(
 }
 
 /// Binds `$1…$8` of a new run's insert: id, thread, assistant, now, metadata, kwargs,
-/// multitask strategy, available-at.
-fn new_run_args(sql: Sql, run: &NewRun, run_id: &str, now: DateTime<Utc>) -> Sql {
+/// multitask strategy, available-at. The kwargs (the run's input and config, the bulk of
+/// a run row) are packed on SQLite (see `pack`), before the caller takes the writer.
+fn new_run_args(sql: Sql, run: &NewRun, run_id: &str, now: DateTime<Utc>, kwargs: Arg) -> Sql {
     sql.bind(run_id)
         .bind(run.thread_id.as_str())
         .bind(run.assistant_id.as_str())
         .arg(Arg::ts(now))
         .arg(Arg::json_map(&run.metadata))
-        .arg(Arg::json_map(&run.kwargs))
+        .arg(kwargs)
         .bind(run.multitask_strategy.as_str())
         .arg(Arg::ts(plus_seconds(now, run.after_seconds)))
 }
@@ -150,6 +153,7 @@ async fn finish_in(
     run_id: &str,
     worker_id: &str,
     outcome: &RunFinish,
+    values: Arg,
     now: DateTime<Utc>,
 ) -> DbResult<Run> {
     let row = tx
@@ -170,7 +174,7 @@ async fn finish_in(
         .await?
         .ok_or_else(|| not_owned(run_id, worker_id))?;
     let run = run_from_row(&row)?;
-    apply_summary(tx, dialect, &run.thread_id, &outcome.thread, now).await?;
+    apply_summary(tx, dialect, &run.thread_id, &outcome.thread, values, now).await?;
     Ok(run)
 }
 
@@ -186,6 +190,10 @@ impl SqlStore {
         if self.dialect() == Dialect::Postgres {
             return self.create_run_postgres(run, run_id, now).await;
         }
+        let kwargs = Arg::packed_json(
+            self.dialect(),
+            serde_json::to_string(&run.kwargs).unwrap_or_else(|_| "{}".to_string()),
+        );
         // Urgent: the client's first event (and its response) waits on this commit.
         let mut tx = self.db.begin_urgent().await?;
         // Mark the thread busy (creating it if asked): this also takes its row lock, so
@@ -248,7 +256,7 @@ impl SqlStore {
             "VALUES ($1, $2, $3, $4, $4, 'pending', $5, $6, $7, 0, $8) RETURNING ",
             run_cols!()
         ));
-        let inserted = tx.opt(new_run_args(sql, run, run_id, now)).await;
+        let inserted = tx.opt(new_run_args(sql, run, run_id, now, kwargs)).await;
         let row = match inserted {
             Ok(Some(row)) => row,
             Ok(None) => return Err(DbErr::corrupt("INSERT … RETURNING returned no row")),
@@ -287,6 +295,7 @@ impl SqlStore {
                     run,
                     run_id,
                     now,
+                    Arg::json_map(&run.kwargs),
                 )
                 .bind(run.create_thread_if_missing.is_some())
                 .arg(
@@ -491,8 +500,18 @@ impl SqlStore {
                 .finish_run_postgres(run_id, worker_id, outcome, now)
                 .await;
         }
+        let values = summary_values(self.dialect(), &outcome.thread);
         let mut tx = self.db.begin().await?;
-        let run = finish_in(&mut tx, self.dialect(), run_id, worker_id, outcome, now).await?;
+        let run = finish_in(
+            &mut tx,
+            self.dialect(),
+            run_id,
+            worker_id,
+            outcome,
+            values,
+            now,
+        )
+        .await?;
         tx.commit().await?;
         Ok(run)
     }
@@ -547,6 +566,7 @@ impl SqlStore {
         outcome: &RunFinish,
         journal: &JournalAppend<'_>,
     ) -> DbResult<(Run, Vec<RunEvent>)> {
+        let values = summary_values(self.dialect(), &outcome.thread);
         let mut tx = self.db.begin().await?;
         let rows = append_in_sqlite_tx(
             &mut tx,
@@ -562,6 +582,7 @@ impl SqlStore {
             run_id,
             worker_id,
             outcome,
+            values,
             ids::now(),
         )
         .await?;

@@ -93,14 +93,22 @@ pub(crate) fn summary_config(summary: &ThreadSummary) -> Arg {
     )
 }
 
+/// The thread's new values as stored: packed on SQLite (see `pack`; the thread row holds a
+/// whole state, as large as a snapshot). Computed before the writer is taken.
+pub(crate) fn summary_values(dialect: super::db::Dialect, summary: &ThreadSummary) -> Arg {
+    Arg::opt_packed_json(dialect, summary.values.as_ref())
+}
+
 /// Records a run's (or a state update's) outcome on its thread and recomputes its status,
 /// in two statements: lock and read the metadata, then one UPDATE whose status CASE sees
 /// the new values (and, taken after the lock, every committed run of the thread).
+/// `values` is [`summary_values`] of `summary`.
 pub(crate) async fn apply_summary(
     tx: &mut Tx,
     dialect: super::db::Dialect,
     thread_id: &str,
     summary: &ThreadSummary,
+    values: Arg,
     now: DateTime<Utc>,
 ) -> DbResult<()> {
     let select = dialect.pick(
@@ -129,7 +137,7 @@ pub(crate) async fn apply_summary(
             "WHERE thread_id = $1 RETURNING thread_id"
         ))
         .bind(thread_id)
-        .arg(Arg::opt_json(summary.values.as_ref()))
+        .arg(values)
         .arg(Arg::ts(now))
         .arg(Arg::json_map(&summary.interrupts))
         .bind(has_next)
@@ -148,7 +156,7 @@ fn thread_filter(store: &SqlStore, filter: &ThreadFilter) -> Where {
         w.contains("metadata", m);
     }
     if let Some(v) = &filter.values {
-        w.contains("state_values", v);
+        w.contains_packed("state_values", v);
     }
     if let Some(s) = filter.status {
         w.eq("status", s.as_str());
@@ -383,8 +391,17 @@ impl SqlStore {
         thread_id: &str,
         summary: &ThreadSummary,
     ) -> DbResult<Thread> {
+        let values = summary_values(self.dialect(), summary);
         let mut tx = self.db.begin().await?;
-        apply_summary(&mut tx, self.dialect(), thread_id, summary, ids::now()).await?;
+        apply_summary(
+            &mut tx,
+            self.dialect(),
+            thread_id,
+            summary,
+            values,
+            ids::now(),
+        )
+        .await?;
         let row = tx
             .opt(
                 Sql::new(concat!(

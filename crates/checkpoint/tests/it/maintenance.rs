@@ -25,6 +25,21 @@ fn wal_len(db: &Path) -> u64 {
         .unwrap_or(0)
 }
 
+/// `size` characters that deflate poorly (six bits of noise each), different per `seed`:
+/// SQLite stores large values deflated, and these tests measure pages.
+fn noise(seed: usize, size: usize) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut x = (seed as u64).wrapping_mul(2_654_435_761) | 1;
+    (0..size)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from(ALPHABET[(x % 64) as usize])
+        })
+        .collect()
+}
+
 /// Writes `steps` checkpoints of ~`size` bytes each on a new thread; returns the thread id
 /// and every checkpoint id.
 async fn burst(db: &dyn Persistence, steps: usize, size: usize) -> (String, Vec<String>) {
@@ -36,7 +51,7 @@ async fn burst(db: &dyn Persistence, steps: usize, size: usize) -> (String, Vec<
     let mut parent: Option<(String, ThreadState)> = None;
     let mut ids = Vec::new();
     for i in 0..steps {
-        let text = format!("{i} {}", "x".repeat(size));
+        let text = format!("{i} {}", noise(i, size));
         let (id, state) = put_step(
             db,
             &thread,
@@ -198,7 +213,7 @@ async fn a_database_of_a_newer_fawn_is_refused_unchanged(config: BackendConfig) 
     assert!(err.contains("newer Fawn"), "{err}");
     assert!(err.contains("9999"), "names the database's version: {err}");
     let known = if matches!(config, BackendConfig::Sqlite { .. }) {
-        "9"
+        "10"
     } else {
         "12"
     };
@@ -239,7 +254,7 @@ async fn stats_on_sqlite_and_postgres() {
     dbs.extend(TestDb::postgres());
     for t in &dbs {
         let db = t.open().await;
-        let (big, _) = burst(&*db, 20, 4096).await;
+        let (big, _) = burst(&*db, 20, 8192).await;
         let (small, _) = burst(&*db, 2, 10).await;
         db.maintain().await;
         let stats = admin::stats(&t.config).await.unwrap();
@@ -482,13 +497,13 @@ async fn pg_dump_and_pg_restore_bring_a_schema_back() {
     admin.close().await.unwrap();
 }
 
-/// Snapshots of 1 KiB or more are stored deflated on SQLite, smaller ones as text, and a
-/// thread whose chain mixes both reads back every state after a restart.
+/// Snapshots of 256 bytes or more are stored deflated on SQLite, smaller ones as text, and
+/// a thread whose chain mixes both reads back every state after a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_snapshots_are_packed_and_read_back() {
     let t = TestDb::sqlite();
     let db = t.open().await;
-    let (thread, ids) = burst(&*db, 40, 700).await;
+    let (thread, ids) = burst(&*db, 40, 20).await;
     db.close().await;
     let path = sqlite_path(&t.config);
     let conn = rusqlite::Connection::open(&path).unwrap();
@@ -518,5 +533,168 @@ async fn large_snapshots_are_packed_and_read_back() {
     }
     let storage = db.thread_storage(&thread).await.unwrap();
     assert!(format!("{storage:?}").contains("messages"), "{storage:?}");
+    db.close().await;
+}
+
+/// A row as an earlier Fawn wrote it: the text of a packed value (`\0fz1` + deflate).
+fn inflate(bytes: &[u8]) -> String {
+    use std::io::Read;
+    let body = bytes.strip_prefix(b"\0fz1").expect("a packed value");
+    let mut text = String::new();
+    flate2::read::DeflateDecoder::new(body)
+        .read_to_string(&mut text)
+        .unwrap();
+    text
+}
+
+/// Everything the packed columns feed, read through the store.
+async fn read_back(db: &dyn Persistence, thread: &str, run: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    out.push(format!("{:?}", db.get_thread(thread).await.unwrap()));
+    out.push(format!("{:?}", db.get_run(run).await.unwrap()));
+    out.push(format!(
+        "{:?}",
+        db.thread_events(thread, &EventQuery::default())
+            .await
+            .unwrap()
+    ));
+    for c in db
+        .list_checkpoints(thread, &HistoryQuery::default())
+        .await
+        .unwrap()
+    {
+        out.push(format!("{} {:?} {:?}", c.checkpoint_id, c.state, c.writes));
+    }
+    // Thread search filters on values look into packed rows too.
+    for (filter, hits) in [
+        (json!({"title": "packed"}), 1),
+        (json!({"title": "other"}), 0),
+        (json!({"messages": [{"content": "m"}]}), 1),
+        (json!({"messages": [{"content": "n"}]}), 0),
+    ] {
+        let page = db
+            .search_threads(&ThreadQuery {
+                filter: ThreadFilter {
+                    values: Some(obj(filter.clone())),
+                    ..ThreadFilter::default()
+                },
+                limit: 10,
+                ..ThreadQuery::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(page.items.len(), hits, "values filter {filter}");
+        assert_eq!(page.total, hits as u64, "values filter {filter}");
+        out.push(format!("{:?}", page.items));
+    }
+    out
+}
+
+/// On SQLite, large checkpoint writes, thread values, run kwargs and journal contents are
+/// stored deflated (BLOBs), and the same rows stored as text, as earlier versions wrote
+/// them, read back identically.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_packed_on_sqlite_and_text_rows_of_older_versions_read_the_same() {
+    let t = TestDb::sqlite();
+    let db = t.open().await;
+    let (thread, _) = burst(&*db, 6, 2000).await;
+    let big = format!("m {}", "long words ".repeat(300));
+    let kwargs = obj(json!({"input": {"messages": [{"role": "user", "content": big}]}}));
+    let run = db
+        .create_run(NewRun {
+            thread_id: thread.clone(),
+            assistant_id: "asst".into(),
+            kwargs,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .run;
+    db.claim_run(&run.run_id, "w", std::time::Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    let event = |text: &str| NewRunEvent {
+        event_type: "llm.human.input".into(),
+        category: "message".into(),
+        content: json!({"text": text}),
+        metadata: Default::default(),
+        created_at: chrono::Utc::now(),
+    };
+    db.append_run_events(&thread, &run.run_id, vec![event(&big), event("short")])
+        .await
+        .unwrap();
+    db.finish_run(
+        &run.run_id,
+        "w",
+        RunFinish {
+            status: RunStatus::Success,
+            error: None,
+            stop_reason: None,
+            thread: ThreadSummary {
+                values: Some(
+                    json!({"title": "packed", "messages": [{"content": "m"}, {"content": big}]}),
+                ),
+                ..ThreadSummary::default()
+            },
+        },
+    )
+    .await
+    .unwrap();
+    let packed = read_back(&*db, &thread, &run.run_id).await;
+    db.close().await;
+
+    let columns = [
+        ("checkpoints", "writes"),
+        ("checkpoints", "snapshot"),
+        ("threads", "state_values"),
+        ("runs", "kwargs"),
+        ("run_events", "content"),
+    ];
+    let conn = rusqlite::Connection::open(sqlite_path(&t.config)).unwrap();
+    let blobs = |table: &str, column: &str| -> i64 {
+        conn.query_row(
+            &format!("SELECT COUNT(*) FROM {table} WHERE typeof({column}) = 'blob'"),
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    for (table, column) in columns {
+        assert!(blobs(table, column) > 0, "{table}.{column} is packed");
+    }
+    // The small journal row stays text.
+    let texts: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM run_events WHERE typeof(content) = 'text'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(texts, 1);
+    // Write every packed value back as text, the way earlier versions stored it.
+    for (table, column) in columns {
+        let rows: Vec<(i64, Vec<u8>)> = conn
+            .prepare(&format!(
+                "SELECT rowid, {column} FROM {table} WHERE typeof({column}) = 'blob'"
+            ))
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        for (rowid, bytes) in rows {
+            conn.execute(
+                &format!("UPDATE {table} SET {column} = ?1 WHERE rowid = ?2"),
+                rusqlite::params![inflate(&bytes), rowid],
+            )
+            .unwrap();
+        }
+        assert_eq!(blobs(table, column), 0);
+    }
+    drop(conn);
+    let db = open(&t.config).await.unwrap();
+    let text = read_back(&*db, &thread, &run.run_id).await;
+    assert_eq!(packed, text);
     db.close().await;
 }

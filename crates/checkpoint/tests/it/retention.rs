@@ -236,7 +236,17 @@ async fn pruning_keeps_what_history_needs(db: Arc<dyn Persistence>) {
         batch: 3,
         ..PrunePolicy::default()
     };
+    let query = SweepQuery {
+        prune: Some(policy.clone()),
+        ..SweepQuery::default()
+    };
+    // The estimate plans as pruning does: it counts exactly what goes.
+    let estimate = db.estimate_sweep(&query).await.unwrap();
+    assert_eq!(estimate.checkpoints as usize, before.len() - t.keep.len());
+    assert!(estimate.bytes > 0, "{estimate:?}");
+    assert_eq!((estimate.threads, estimate.runs), (0, 0));
     let out = db.prune_checkpoints(&t.id, &policy).await.unwrap();
+    assert_eq!(out.deleted, estimate.checkpoints);
     let after = states(&*db, &t.id).await;
     let kept: BTreeSet<String> = after.keys().cloned().collect();
     assert_eq!(kept, t.keep, "what pruning kept");
@@ -273,6 +283,10 @@ async fn pruning_keeps_what_history_needs(db: Arc<dyn Persistence>) {
             .is_empty()
     );
     // Nothing more to do; and the thread goes on from its head.
+    assert_eq!(
+        db.estimate_sweep(&query).await.unwrap(),
+        RetentionEstimate::default()
+    );
     let again = db.prune_checkpoints(&t.id, &policy).await.unwrap();
     assert_eq!(again.deleted, 0);
     let head = db.get_checkpoint(&t.id, "", None).await.unwrap().unwrap();
@@ -413,6 +427,19 @@ async fn expiry_takes_finished_runs_only(db: Arc<dyn Persistence>) {
     let pending = db.create_run(new_run()).await.unwrap().run;
 
     let future = Utc::now() + chrono::Duration::hours(1);
+    let runs_query = |before| SweepQuery {
+        runs_before: Some(before),
+        ..SweepQuery::default()
+    };
+    let estimate = db.estimate_sweep(&runs_query(future)).await.unwrap();
+    assert_eq!((estimate.runs, estimate.run_events), (1, 2), "{estimate:?}");
+    assert!(estimate.bytes > 0);
+    assert_eq!(
+        db.estimate_sweep(&runs_query(Utc::now() - chrono::Duration::hours(1)))
+            .await
+            .unwrap(),
+        RetentionEstimate::default()
+    );
     // Not old enough yet.
     let none = db
         .expire_runs(Utc::now() - chrono::Duration::hours(1), 100)
@@ -440,11 +467,23 @@ async fn expiry_takes_finished_runs_only(db: Arc<dyn Persistence>) {
         db.expire_runs(future, 100).await.unwrap(),
         ExpiredRuns::default()
     );
+    assert_eq!(
+        db.estimate_sweep(&runs_query(future)).await.unwrap(),
+        RetentionEstimate::default()
+    );
 
     // Idle threads: the busy one is not among them, and neither is one with its own TTL.
     let idle_ids = db.idle_threads(future, 100).await.unwrap();
     assert!(idle_ids.contains(&idle));
     assert!(!idle_ids.contains(&thread));
+    let estimate = db
+        .estimate_sweep(&SweepQuery {
+            idle_threads: Some((future, PruneStrategy::Delete)),
+            ..SweepQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(estimate.threads, idle_ids.len() as u64, "{estimate:?}");
     assert!(
         db.idle_threads(Utc::now() - chrono::Duration::hours(1), 100)
             .await

@@ -209,6 +209,26 @@ async fn a_backup_taken_while_runs_stream_restores_on_a_new_server() {
     assert!(ok, "stats failed: {out} {err}");
     assert!(out.contains("checkpoints"), "{out}");
     assert!(out.contains("largest threads"), "{out}");
+    assert!(out.contains("retention: none configured"), "{out}");
+    // What retention would remove: every finished run (of age 0) and its journal rows.
+    let (ok, out, err) = run_db(
+        restored.path(),
+        &config2,
+        &["stats", "--runs-days", "0", "--keep-turns", "1"],
+    );
+    assert!(ok, "stats failed: {out} {err}");
+    let line = out
+        .lines()
+        .skip_while(|l| !l.starts_with("retention (keep_turns 1, runs_days 0)"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no estimate: {out}"));
+    let runs: u64 = line
+        .split(" runs with ")
+        .next()
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(runs >= threads.len() as u64, "{line}");
     let server2 = serve(restored.path(), &config2);
     for (tid, acked) in threads.iter().zip(&acknowledged) {
         let got = history_ids(&http, &server2, tid).await;

@@ -1,10 +1,12 @@
 //! Retention on a lead-agent thread, on both backends: after a sweep pruned its step
 //! checkpoints, the history's kept entries read back the same values, and regenerate and
-//! branch still work on it; then its finished runs expire and the idle threads go.
+//! branch still work on it; then its finished runs expire and the idle threads go. Before
+//! each sweep, the store's estimate (what `fawn db stats` prints) counts what it removes.
 
 use crate::helpers::run_to_success as run;
 use crate::helpers::*;
-use fawn_runtime::retention::{RetentionPolicy, sweep_once};
+use fawn_checkpoint::RetentionEstimate;
+use fawn_runtime::retention::{RetentionPolicy, SweepReport, sweep_once};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +31,34 @@ fn ids(msgs: &[Value]) -> Vec<String> {
     msgs.iter()
         .map(|m| m["id"].as_str().unwrap().to_string())
         .collect()
+}
+
+/// What the store estimates a sweep with `policy` would remove now.
+async fn estimate(app: &TestApp, policy: &RetentionPolicy) -> RetentionEstimate {
+    let rt = &app.handle.state.rt;
+    rt.store()
+        .estimate_sweep(&policy.query(rt.now()))
+        .await
+        .unwrap()
+}
+
+/// The estimate counted what the sweep removed.
+fn matches(estimate: &RetentionEstimate, report: &SweepReport) {
+    assert_eq!(
+        (
+            estimate.threads,
+            estimate.checkpoints,
+            estimate.runs,
+            estimate.run_events
+        ),
+        (
+            report.threads_removed,
+            report.checkpoints.deleted,
+            report.runs,
+            report.run_events
+        ),
+        "estimate {estimate:?}, sweep {report:?}"
+    );
 }
 
 async fn pruned_thread_keeps_history_regenerate_and_branch(db: Db) {
@@ -61,11 +91,15 @@ async fn pruned_thread_keeps_history_regenerate_and_branch(db: Db) {
         runs_age: None,
         batch: 4,
     };
+    let planned = estimate(&app, &policy).await;
     let report = sweep_once(&rt, &policy, "node-a")
         .await
         .unwrap()
         .expect("the first sweeper gets the lease");
     assert!(report.checkpoints.deleted > 0, "{report:?}");
+    matches(&planned, &report);
+    assert!(planned.bytes > 0, "{planned:?}");
+    assert_eq!(estimate(&app, &policy).await, RetentionEstimate::default());
     // Another node does not sweep while the lease is held.
     assert!(sweep_once(&rt, &policy, "node-b").await.unwrap().is_none());
 
@@ -150,8 +184,10 @@ async fn pruned_thread_keeps_history_regenerate_and_branch(db: Db) {
         runs_age: Some(Duration::ZERO),
         ..policy.clone()
     };
+    let planned = estimate(&app, &expire).await;
     let report = sweep_once(&rt, &expire, "node-a").await.unwrap().unwrap();
     assert_eq!(report.runs, 6, "{report:?}");
+    matches(&planned, &report);
     assert!(report.run_events > 0, "{report:?}");
     let (s, r) = app.get_json(&format!("/threads/{tid}/runs/{rid}")).await;
     assert_eq!(s, 404, "{r}");
@@ -160,8 +196,10 @@ async fn pruned_thread_keeps_history_regenerate_and_branch(db: Db) {
         idle_threads: Some((Duration::ZERO, fawn_checkpoint::PruneStrategy::Delete)),
         ..policy
     };
+    let planned = estimate(&app, &idle).await;
     let report = sweep_once(&rt, &idle, "node-a").await.unwrap().unwrap();
     assert_eq!(report.threads_removed, 2, "{report:?}");
+    matches(&planned, &report);
     for t in [tid.as_str(), branch] {
         let (s, _) = app.get_json(&format!("/threads/{t}")).await;
         assert_eq!(s, 404);
