@@ -92,7 +92,7 @@ fn parse_args() -> Result<Options> {
             other => bail!("unknown argument {other:?} (see --help)"),
         }
     }
-    if o.threads == 0 || o.runs < o.threads || o.runs % o.threads != 0 {
+    if o.threads == 0 || o.runs < o.threads || !o.runs.is_multiple_of(o.threads) {
         bail!("--runs must be a positive multiple of --threads");
     }
     if o.every == 0 || o.concurrency == 0 {
@@ -370,7 +370,7 @@ async fn run(o: &Options, dir: &Path) -> Result<()> {
                 for k in 0..turns {
                     turn(&client, &url, &tid, t * turns + k).await?;
                     let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                    if n % every == 0 {
+                    if n.is_multiple_of(every) {
                         let _ = marks.send(n);
                     }
                 }
