@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-struct Fawn {
+pub(crate) struct Fawn {
     child: Child,
     addr: String,
 }
@@ -21,12 +21,12 @@ impl Drop for Fawn {
 }
 
 impl Fawn {
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
 }
 
-fn fawn(home: &Path) -> Command {
+pub(crate) fn fawn(home: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_fawn"));
     c.env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -51,7 +51,7 @@ fn write_config(home: &Path, mock: &MockLlm) -> std::path::PathBuf {
     path
 }
 
-fn serve(home: &Path, config: &Path) -> Fawn {
+pub(crate) fn serve(home: &Path, config: &Path) -> Fawn {
     let mut child = fawn(home)
         .args(["serve", "--no-auth", "--port", "0", "--config"])
         .arg(config)
@@ -79,7 +79,7 @@ fn serve(home: &Path, config: &Path) -> Fawn {
     Fawn { child, addr }
 }
 
-async fn json_of(r: reqwest::RequestBuilder) -> Value {
+pub(crate) async fn json_of(r: reqwest::RequestBuilder) -> Value {
     let resp = r.send().await.unwrap();
     assert!(resp.status().is_success(), "{}", resp.status());
     resp.json().await.unwrap()

@@ -6,3 +6,4 @@ mod db;
 mod layout;
 mod observability;
 mod serve;
+mod upgrade;

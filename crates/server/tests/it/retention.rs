@@ -1,7 +1,9 @@
 //! Retention on a lead-agent thread, on both backends: after a sweep pruned its step
-//! checkpoints, the history's kept entries read back the same values, and regenerate and
-//! branch still work on it; then its finished runs expire and the idle threads go. Before
-//! each sweep, the store's estimate (what `fawn db stats` prints) counts what it removes.
+//! checkpoints, the history's kept entries read back the same values, DeerFlow's message
+//! history is unchanged, and regenerate and branch still work on it; then its finished
+//! runs expire and the idle threads go. Once on a short thread (5 turns), once on a long
+//! one (50 turns, pruned over several sweeps, branched at an early turn). Before each
+//! kind of sweep, the store's estimate (what `fawn db stats` prints) counts what it removes.
 
 use crate::helpers::run_to_success as run;
 use crate::helpers::*;
@@ -11,7 +13,18 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 
-backends!(pruned_thread_keeps_history_regenerate_and_branch);
+backends!(
+    pruned_thread_keeps_history_regenerate_and_branch,
+    long_pruned_thread_keeps_history_regenerate_and_branch
+);
+
+async fn pruned_thread_keeps_history_regenerate_and_branch(db: Db) {
+    prune_and_check(db, 5, 1).await
+}
+
+async fn long_pruned_thread_keeps_history_regenerate_and_branch(db: Db) {
+    prune_and_check(db, 50, 2).await
+}
 
 async fn history(app: &TestApp, tid: &str) -> Vec<Value> {
     let (s, h) = app
@@ -61,7 +74,18 @@ fn matches(estimate: &RetentionEstimate, report: &SweepReport) {
     );
 }
 
-async fn pruned_thread_keeps_history_regenerate_and_branch(db: Db) {
+/// DeerFlow's message history of a thread, newest page (what its UI lists).
+async fn page(app: &TestApp, tid: &str) -> Value {
+    let (s, p) = app
+        .get_json(&format!("/api/threads/{tid}/messages/page?limit=50"))
+        .await;
+    assert_eq!(s, 200, "{p}");
+    p
+}
+
+/// `turns` turns, pruned to the newest one; then regenerate the latest answer and branch at
+/// the answer of turn `branch_at` (counted from 0).
+async fn prune_and_check(db: Db, turns: usize, branch_at: usize) {
     let mock = fawn_testkit::MockLlm::start_with(fawn_testkit::MockConfig::default())
         .await
         .unwrap();
@@ -76,11 +100,12 @@ async fn pruned_thread_keeps_history_regenerate_and_branch(db: Db) {
     };
     let tid = app.create_thread().await;
     let mut runs = Vec::new();
-    for i in 0..5 {
+    for i in 0..turns {
         runs.push(run(&app, &tid, &format!("question {i}")).await);
     }
     let before = history(&app, &tid).await;
     let msgs = messages(&app, &tid).await;
+    let listed = page(&app, &tid).await;
 
     let rt = app.handle.state.rt.clone();
     let policy = RetentionPolicy {
@@ -97,17 +122,41 @@ async fn pruned_thread_keeps_history_regenerate_and_branch(db: Db) {
         .unwrap()
         .expect("the first sweeper gets the lease");
     assert!(report.checkpoints.deleted > 0, "{report:?}");
-    matches(&planned, &report);
     assert!(planned.bytes > 0, "{planned:?}");
-    assert_eq!(estimate(&app, &policy).await, RetentionEstimate::default());
     // Another node does not sweep while the lease is held.
     assert!(sweep_once(&rt, &policy, "node-b").await.unwrap().is_none());
+    // A long thread takes more than one sweep (50 batches per thread per sweep).
+    let mut deleted = report.checkpoints.deleted;
+    loop {
+        let more = sweep_once(&rt, &policy, "node-a").await.unwrap().unwrap();
+        if more.checkpoints.deleted == 0 {
+            break;
+        }
+        deleted += more.checkpoints.deleted;
+    }
+    // The estimate counts everything prunable now, however many sweeps it takes.
+    assert_eq!(
+        (
+            planned.threads,
+            planned.checkpoints,
+            planned.runs,
+            planned.run_events
+        ),
+        (0, deleted, 0, 0),
+        "estimate {planned:?}"
+    );
+    assert_eq!(estimate(&app, &policy).await, RetentionEstimate::default());
 
     let after = history(&app, &tid).await;
-    assert_eq!(
-        after.len() as u64 + report.checkpoints.deleted,
-        before.len() as u64
+    assert_eq!(after.len() as u64 + deleted, before.len() as u64);
+    // Two checkpoints stay per turn (its `input` and its end) once everything is pruned.
+    assert!(
+        after.len() <= 2 * turns + 8,
+        "{} of {}",
+        after.len(),
+        before.len()
     );
+    assert_eq!(page(&app, &tid).await, listed);
     for entry in &after {
         let id = &entry["checkpoint"]["checkpoint_id"];
         let old = before
@@ -129,7 +178,7 @@ async fn pruned_thread_keeps_history_regenerate_and_branch(db: Db) {
         )
         .await;
     assert_eq!(s, 200, "{p}");
-    assert_eq!(p["target_run_id"], runs[4].as_str());
+    assert_eq!(p["target_run_id"], runs[turns - 1].as_str());
     let base = p["checkpoint"]["checkpoint_id"].clone();
     assert!(
         after
@@ -161,18 +210,19 @@ async fn pruned_thread_keeps_history_regenerate_and_branch(db: Db) {
         ids(&msgs)[..msgs.len() - 1]
     );
 
-    // Branch at the second turn's answer (a turn whose steps were pruned).
+    // Branch at an early turn's answer (a turn whose steps were pruned).
     let answers: Vec<&Value> = msgs.iter().filter(|m| m["type"] == "ai").collect();
-    let second = answers[1]["id"].as_str().unwrap();
+    assert_eq!(answers.len(), turns);
+    let at = answers[branch_at]["id"].as_str().unwrap();
     let (s, b) = app
         .post_json(
             &format!("/api/threads/{tid}/branches"),
-            json!({"message_id": second, "message_ids": [second]}),
+            json!({"message_id": at, "message_ids": [at]}),
         )
         .await;
     assert_eq!(s, 200, "{b}");
     let branch = b["thread_id"].as_str().unwrap();
-    let upto = msgs.iter().position(|m| m["id"] == second).unwrap();
+    let upto = msgs.iter().position(|m| m["id"] == at).unwrap();
     assert_eq!(
         ids(&messages(&app, branch).await),
         ids(&msgs)[..=upto].to_vec()
@@ -186,7 +236,7 @@ async fn pruned_thread_keeps_history_regenerate_and_branch(db: Db) {
     };
     let planned = estimate(&app, &expire).await;
     let report = sweep_once(&rt, &expire, "node-a").await.unwrap().unwrap();
-    assert_eq!(report.runs, 6, "{report:?}");
+    assert_eq!(report.runs as usize, turns + 1, "{report:?}");
     matches(&planned, &report);
     assert!(report.run_events > 0, "{report:?}");
     let (s, r) = app.get_json(&format!("/threads/{tid}/runs/{rid}")).await;
