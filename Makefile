@@ -24,15 +24,17 @@ test: deps
 	$(MAKE) --no-print-directory --output-sync=target -j4 rust-tests sdk-test nodes-test fuzz BINS_BUILT=1
 
 test-build: lint
-	$(CARGO) test --workspace --all-targets --locked --no-run
-	$(CARGO) build --locked --workspace --all-targets
+	MAKEFLAGS= $(CARGO) test --workspace --all-targets --locked --no-run
+	MAKEFLAGS= $(CARGO) build --locked --workspace --all-targets
 
 test-envs: $(VENV)/.installed $(FUZZ_VENV)/.installed $(SDK_JS)/node_modules/.installed
 
 ## The cargo tests alone (what `test-build` built), then the doc tests.
+## (MAKEFLAGS emptied: make shares no jobserver with these cargo calls, so cargo's own
+## warning about one it cannot open is noise.)
 rust-tests:
-	$(CARGO) test --workspace --all-targets --locked
-	$(CARGO) test --workspace --doc --locked
+	MAKEFLAGS= $(CARGO) test --workspace --all-targets --locked
+	MAKEFLAGS= $(CARGO) test --workspace --doc --locked
 
 ## Three `fawn serve` on one Postgres behind a round-robin proxy, with and without the Redis
 ## event bus (Redis at TEST_REDIS_URL, default redis://127.0.0.1:6379), driven by the SDK.
