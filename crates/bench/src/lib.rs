@@ -3,8 +3,8 @@
 //! drive Fawn from outside (HTTP, `/proc`); they never reach into its crates' internals.
 
 use anyhow::{Context, Result, bail};
-use std::path::PathBuf;
-use std::process::Child;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 
 /// A child process killed (and reaped) when dropped.
 #[derive(Debug)]
@@ -45,6 +45,28 @@ pub fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
+}
+
+/// `fawn serve --no-auth` on `port` with `config`, its data under `home` (`FAWN_HOME`),
+/// only errors logged (to the benchmark's stderr), never a `DATABASE_URL` from the caller's
+/// environment: how every benchmark starts the server it measures. Authentication is off so
+/// the figures are the run lifecycle's (`auth_cost` measures auth).
+pub fn fawn_serve(program: &Path, port: u16, config: &Path, home: &Path) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.args([
+        "serve",
+        "--no-auth",
+        "--port",
+        &port.to_string(),
+        "--config",
+    ])
+    .arg(config)
+    .env("FAWN_HOME", home.join("home"))
+    .env("RUST_LOG", "error")
+    .env_remove("DATABASE_URL")
+    .stdout(Stdio::null())
+    .stderr(Stdio::inherit());
+    cmd
 }
 
 /// Starts `fawn-mock-llm` (built beside the benchmark) on a free port with `args` after

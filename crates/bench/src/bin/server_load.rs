@@ -311,22 +311,8 @@ async fn start_server_with(
         Some(b) => b.to_path_buf(),
         None => bin("fawn")?,
     };
-    let child = Command::new(program)
+    let child = fawn_bench::fawn_serve(&program, port, &cfg, &home.0)
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        // Authentication off: the figures are the run lifecycle's (auth_cost measures auth).
-        .args([
-            "serve",
-            "--no-auth",
-            "--port",
-            &port.to_string(),
-            "--config",
-        ])
-        .arg(&cfg)
-        .env("FAWN_HOME", home.0.join("home"))
-        .env("RUST_LOG", "error")
-        .env_remove("DATABASE_URL")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
         .spawn()
         .context("starting fawn serve")?;
     let pid = child.id();

@@ -34,7 +34,6 @@ use anyhow::{Context, Result, bail};
 use fawn_bench::{Proc, bin, cpu_ms, create_thread, free_port};
 use serde_json::json;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -131,20 +130,7 @@ async fn start_server(home: &Path, mock_url: &str, o: &Options) -> Result<(Proc,
         Some(p) => p.clone(),
         None => bin("fawn")?,
     };
-    let child = Command::new(program)
-        .args([
-            "serve",
-            "--no-auth",
-            "--port",
-            &port.to_string(),
-            "--config",
-        ])
-        .arg(&cfg)
-        .env("FAWN_HOME", home.join("home"))
-        .env("RUST_LOG", "error")
-        .env_remove("DATABASE_URL")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+    let child = fawn_bench::fawn_serve(&program, port, &cfg, home)
         .spawn()
         .context("starting fawn serve")?;
     let proc = Proc(child);

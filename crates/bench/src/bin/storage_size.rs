@@ -31,7 +31,7 @@ use fawn_bench::{Proc, bin, create_thread, free_port};
 use serde_json::{Value, json};
 use sqlx::{Connection, Row, SqliteConnection};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 struct Options {
@@ -147,20 +147,7 @@ async fn start_server_with(
         Some(p) => p.to_path_buf(),
         None => bin("fawn")?,
     };
-    let child = Command::new(program)
-        .args([
-            "serve",
-            "--no-auth",
-            "--port",
-            &port.to_string(),
-            "--config",
-        ])
-        .arg(&cfg)
-        .env("FAWN_HOME", home.join("home"))
-        .env("RUST_LOG", "error")
-        .env_remove("DATABASE_URL")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+    let child = fawn_bench::fawn_serve(&program, port, &cfg, home)
         .spawn()
         .context("starting fawn serve")?;
     let server = Server {
