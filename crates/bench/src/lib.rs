@@ -117,3 +117,26 @@ pub async fn create_thread(client: &reqwest::Client, url: &str) -> Result<String
         .context("the server answered no thread id")?
         .to_string())
 }
+
+/// Waits until `{url}/ok` answers 200, calling `alive` between tries (to fail early when
+/// the server's process has exited), for at most `limit`.
+pub async fn wait_ok(
+    url: &str,
+    limit: std::time::Duration,
+    mut alive: impl FnMut() -> Result<()>,
+) -> Result<()> {
+    let client = fawn_net::client();
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Ok(r) = client.get(format!("{url}/ok")).send().await
+            && r.status().is_success()
+        {
+            return Ok(());
+        }
+        alive()?;
+        if std::time::Instant::now() > deadline {
+            bail!("{url}/ok did not answer within {} s", limit.as_secs());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

@@ -69,7 +69,7 @@
 mod streams;
 
 use anyhow::{Context, Result, bail};
-use fawn_bench::create_thread;
+use fawn_bench::{create_thread, wait_ok};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -330,23 +330,6 @@ async fn start_server_with(
 }
 
 /// Polls `GET {url}/ok` until it answers 2xx, `alive` fails or `limit` passes.
-async fn wait_ok(url: &str, limit: Duration, mut alive: impl FnMut() -> Result<()>) -> Result<()> {
-    let client = fawn_net::client();
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Ok(r) = client.get(format!("{url}/ok")).send().await
-            && r.status().is_success()
-        {
-            return Ok(());
-        }
-        alive()?;
-        if Instant::now() > deadline {
-            bail!("{url}/ok did not answer within {} s", limit.as_secs());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// The official LangGraph server, started by `scripts/official-server/run.sh`.
 struct Official {
     _group: ProcGroup,

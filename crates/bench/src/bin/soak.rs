@@ -135,19 +135,10 @@ async fn start_server(home: &Path, mock_url: &str, o: &Options) -> Result<(Proc,
         .context("starting fawn serve")?;
     let proc = Proc(child);
     let url = format!("http://127.0.0.1:{port}");
-    let client = fawn_net::client();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(r) = client.get(format!("{url}/ok")).send().await
-            && r.status().is_success()
-        {
-            return Ok((proc, url));
-        }
-        if Instant::now() > deadline {
-            bail!("the server did not start");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    fawn_bench::wait_ok(&url, Duration::from_secs(60), || Ok(()))
+        .await
+        .context("the server did not start")?;
+    Ok((proc, url))
 }
 
 /// About 1 KB of user text, different every run.

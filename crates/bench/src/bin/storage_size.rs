@@ -154,19 +154,10 @@ async fn start_server_with(
         proc: Proc(child),
         url: format!("http://127.0.0.1:{port}"),
     };
-    let client = fawn_net::client();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(r) = client.get(format!("{}/ok", server.url)).send().await
-            && r.status().is_success()
-        {
-            return Ok(server);
-        }
-        if Instant::now() > deadline {
-            bail!("the server did not start");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    fawn_bench::wait_ok(&server.url, Duration::from_secs(60), || Ok(()))
+        .await
+        .context("the server did not start")?;
+    Ok(server)
 }
 
 /// About 1 KB of user text, different every turn (so nothing compresses to a repeat).
