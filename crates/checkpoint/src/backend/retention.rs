@@ -653,6 +653,11 @@ impl SqlStore {
              UNION ALL SELECT COALESCE({len}(state_values), 0) + {len}(metadata) FROM threads \
              WHERE thread_id = $1) AS t"
         );
+        self.bytes_of(text, thread_id).await
+    }
+
+    /// The `bytes` column of a one-row query about `thread_id` (0 when no row).
+    async fn bytes_of(&self, text: String, thread_id: &str) -> DbResult<u64> {
         let row = self
             .db
             .read_opt(Sql::dynamic(text, vec![Arg::from(thread_id)]))
@@ -673,14 +678,7 @@ impl SqlStore {
              AND checkpoint_id < (SELECT MAX(checkpoint_id) FROM checkpoints l \
              WHERE l.thread_id = c.thread_id AND l.checkpoint_ns = c.checkpoint_ns)"
         );
-        let row = self
-            .db
-            .read_opt(Sql::dynamic(text, vec![Arg::from(thread_id)]))
-            .await?;
-        Ok(match row {
-            Some(r) => u64::try_from(r.int("bytes")?).unwrap_or(0),
-            None => 0,
-        })
+        self.bytes_of(text, thread_id).await
     }
 
     async fn estimate_sweep_once(&self, q: &SweepQuery) -> DbResult<RetentionEstimate> {
