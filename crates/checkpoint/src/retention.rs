@@ -118,11 +118,13 @@ pub trait RetentionStore: Send + Sync {
         now: DateTime<Utc>,
         until: DateTime<Utc>,
     ) -> crate::Result<bool>;
-    /// Up to `limit` thread ids after `after` (in id order) with no pending or running run:
-    /// the threads a sweep visits, page by page.
+    /// Up to `limit` thread ids after `after` (in id order) with no pending or running run,
+    /// and, with `since`, last updated at or after it (a run's end or a state update
+    /// updates a thread): the threads a sweep visits, page by page.
     async fn retention_threads(
         &self,
         after: Option<&str>,
+        since: Option<DateTime<Utc>>,
         limit: u64,
     ) -> crate::Result<Vec<String>>;
     /// Prunes intermediate checkpoints of one thread (see the module docs), one

@@ -103,6 +103,8 @@ fn t_keep_latest(ttl: &CheckpointerTtlConfig) -> bool {
 pub struct SweepReport {
     pub threads_removed: u64,
     pub threads_visited: u64,
+    /// Pruning visited every thread, not only those updated since the previous sweep.
+    pub visited_all: bool,
     pub checkpoints: PruneOutcome,
     pub runs: u64,
     pub run_events: u64,
@@ -125,11 +127,68 @@ fn store_err(what: &'static str) -> impl Fn(fawn_checkpoint::StoreError) -> Runt
     move |e| RuntimeError::store(what, e)
 }
 
-/// One sweep, when `owner` gets (or holds) the lease; `None` when another node holds it.
+/// Every this-many sweeps, a node's sweeper visits every thread (see [`Visits`]).
+const FULL_SWEEP_EVERY: u32 = 12;
+
+/// Which threads a node's next sweep prunes. Pruning can only find something new in a
+/// thread that ran (a new turn pushes an older one out of `keep_turns`) or, with
+/// `keep_days`, whose checkpoints crossed the age line since the last sweep; both update
+/// the thread after the previous sweep's age line. So after a complete sweep the next one
+/// visits only the threads updated since the previous one began (less one interval, for a
+/// run whose end committed late or a node whose clock runs behind) or since the previous
+/// age line, whichever is earlier. A node's first sweep, the one after a sweep that left
+/// work behind (a failure, a thread with more to prune than one visit takes, a stop) and
+/// every [`FULL_SWEEP_EVERY`]th visit every thread, so that nothing is missed for long.
+#[derive(Clone, Debug, Default)]
+pub struct Visits {
+    /// When the previous complete sweep began.
+    prev: Option<DateTime<Utc>>,
+    /// Sweeps since the last full one.
+    partial: u32,
+}
+
+impl Visits {
+    /// The `since` of the next sweep (`None`: every thread).
+    pub fn since(&self, policy: &RetentionPolicy) -> Option<DateTime<Utc>> {
+        let prev = self.prev?;
+        if self.partial + 1 >= FULL_SWEEP_EVERY {
+            return None;
+        }
+        let mut since = before(prev, policy.interval);
+        if let Some(age) = policy.keep_age {
+            since = since.min(before(prev, age));
+        }
+        Some(since)
+    }
+
+    /// Records a sweep that began at `started` and visited threads since `since`.
+    pub fn done(&mut self, started: DateTime<Utc>, since: Option<DateTime<Utc>>, complete: bool) {
+        if !complete {
+            *self = Visits::default();
+            return;
+        }
+        self.partial = if since.is_some() { self.partial + 1 } else { 0 };
+        self.prev = Some(started);
+    }
+}
+
+/// One sweep visiting every thread, when `owner` gets (or holds) the lease; `None` when
+/// another node holds it.
 pub async fn sweep_once(
     rt: &Runtime,
     policy: &RetentionPolicy,
     owner: &str,
+) -> Result<Option<SweepReport>> {
+    sweep(rt, policy, owner, &mut Visits::default()).await
+}
+
+/// One sweep, when `owner` gets (or holds) the lease (`None` when another node holds it),
+/// pruning the threads `visits` says and recording the sweep there.
+pub async fn sweep(
+    rt: &Runtime,
+    policy: &RetentionPolicy,
+    owner: &str,
+    visits: &mut Visits,
 ) -> Result<Option<SweepReport>> {
     let now = rt.now();
     let until =
@@ -177,12 +236,14 @@ pub async fn sweep_once(
             }
         }
     }
+    let since = visits.since(policy);
+    let mut complete = true;
     if let Some(prune) = &query.prune {
         let mut after: Option<String> = None;
         loop {
             let ids = rt
                 .store
-                .retention_threads(after.as_deref(), THREAD_PAGE)
+                .retention_threads(after.as_deref(), since, THREAD_PAGE)
                 .await
                 .map_err(store_err("listing threads to prune"))?;
             let Some(last) = ids.last() else { break };
@@ -190,18 +251,26 @@ pub async fn sweep_once(
             for id in &ids {
                 report.threads_visited += 1;
                 match rt.store.prune_checkpoints(id, prune).await {
-                    Ok(out) => report.checkpoints.add(&out),
+                    Ok(out) => {
+                        // A thread with more to prune than one visit takes.
+                        complete &= out.batches < prune.max_batches.max(1) as u64;
+                        report.checkpoints.add(&out)
+                    }
                     // One thread's failure does not stop the sweep.
                     Err(e) => {
+                        complete = false;
                         tracing::warn!(thread_id = %id, error = %e, "pruning checkpoints failed")
                     }
                 }
             }
             if rt.queue.stopping.is_cancelled() {
+                complete = false;
                 break;
             }
         }
     }
+    visits.done(now, since, complete);
+    report.visited_all = since.is_none();
     let removed =
         report.threads_removed + report.checkpoints.deleted + report.runs + report.run_events;
     if removed > 0 {
@@ -245,6 +314,7 @@ pub async fn sweeper(rt: RuntimeHandle) {
     };
     tracing::info!(?policy, "retention sweeper on");
     let owner = rt.queue.worker_id.clone();
+    let mut visits = Visits::default();
     loop {
         tokio::select! {
             _ = tokio::time::sleep(policy.interval) => {}
@@ -252,12 +322,13 @@ pub async fn sweeper(rt: RuntimeHandle) {
         }
         let started = std::time::Instant::now();
         let m = fawn_telemetry::metrics();
-        match sweep_once(&rt, &policy, &owner).await {
+        match sweep(&rt, &policy, &owner, &mut visits).await {
             Ok(Some(r)) => {
                 m.retention_sweeps.with_label_values(&["done"]).inc();
                 tracing::info!(
                     threads_removed = r.threads_removed,
                     threads_visited = r.threads_visited,
+                    visited_all = r.visited_all,
                     checkpoints_deleted = r.checkpoints.deleted,
                     checkpoints_rebased = r.checkpoints.rebased,
                     checkpoints_materialized = r.checkpoints.materialized,
@@ -284,6 +355,45 @@ pub async fn sweeper(rt: RuntimeHandle) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sweeps_after_a_complete_one_visit_recent_threads() {
+        let mut policy = RetentionPolicy {
+            interval: Duration::from_secs(60),
+            idle_threads: None,
+            keep_turns: Some(2),
+            keep_age: None,
+            runs_age: None,
+            batch: 100,
+        };
+        let t0 = DateTime::<Utc>::from_timestamp(1_800_000_000, 0).unwrap();
+        let minute = chrono::Duration::minutes(1);
+        let mut v = Visits::default();
+        // The first sweep of a node visits everything.
+        assert_eq!(v.since(&policy), None);
+        v.done(t0, None, true);
+        // Then the threads updated since the previous sweep began, less one interval.
+        assert_eq!(v.since(&policy), Some(t0 - minute));
+        v.done(t0 + minute, v.since(&policy), true);
+        assert_eq!(v.since(&policy), Some(t0));
+        // With keep_days, the previous age line when it is earlier.
+        policy.keep_age = Some(Duration::from_secs(3600));
+        assert_eq!(
+            v.since(&policy),
+            Some(t0 + minute - chrono::Duration::hours(1))
+        );
+        // A sweep that left work behind makes the next one full.
+        v.done(t0 + minute * 2, v.since(&policy), false);
+        assert_eq!(v.since(&policy), None);
+        // And every FULL_SWEEP_EVERY-th sweep is full.
+        let mut fulls = 0;
+        for i in 0..FULL_SWEEP_EVERY * 2 {
+            let since = v.since(&policy);
+            fulls += u32::from(since.is_none());
+            v.done(t0 + minute * (3 + i as i32), since, true);
+        }
+        assert_eq!(fulls, 2);
+    }
 
     #[test]
     fn policy_from_config() {

@@ -739,6 +739,11 @@ fn migrator(dialect: Dialect) -> Migrator {
                 "packed values, no checkpoints_run",
                 include_str!("../../../../migrations/sqlite/0010_packed_values.sql"),
             ),
+            (
+                11,
+                "threads by branch parent",
+                include_str!("../../../../migrations/sqlite/0011_threads_branch_parent.sql"),
+            ),
         ],
         Dialect::Postgres => &[
             (
@@ -800,6 +805,11 @@ fn migrator(dialect: Dialect) -> Migrator {
                 12,
                 "maintenance leases",
                 include_str!("../../../../migrations/postgres/0012_maintenance_leases.sql"),
+            ),
+            (
+                13,
+                "threads by branch parent",
+                include_str!("../../../../migrations/postgres/0013_threads_branch_parent.sql"),
             ),
         ],
     };
@@ -1380,14 +1390,14 @@ mod tests {
 
     #[test]
     fn latest_migrations() {
-        assert_eq!(latest_migration(Dialect::Sqlite), 10);
-        assert_eq!(latest_migration(Dialect::Postgres), 12);
-        assert!(refuse_newer(Dialect::Sqlite, Some((10, "x".into()))).is_ok());
+        assert_eq!(latest_migration(Dialect::Sqlite), 11);
+        assert_eq!(latest_migration(Dialect::Postgres), 13);
+        assert!(refuse_newer(Dialect::Sqlite, Some((11, "x".into()))).is_ok());
         assert!(refuse_newer(Dialect::Sqlite, None).is_ok());
-        let e = refuse_newer(Dialect::Sqlite, Some((11, "next".into())))
+        let e = refuse_newer(Dialect::Sqlite, Some((12, "next".into())))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("migration 11") && e.contains("up to 10"), "{e}");
+        assert!(e.contains("migration 12") && e.contains("up to 11"), "{e}");
     }
 
     #[test]

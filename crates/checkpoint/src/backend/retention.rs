@@ -540,19 +540,26 @@ impl SqlStore {
     async fn retention_threads_once(
         &self,
         after: Option<&str>,
+        since: Option<DateTime<Utc>>,
         limit: u64,
     ) -> DbResult<Vec<String>> {
-        let rows = self
-            .db
-            .read_all(
-                Sql::new(concat!(
-                    "SELECT thread_id FROM threads WHERE thread_id > $1 AND status <> 'busy' ",
-                    "ORDER BY thread_id LIMIT $2"
-                ))
-                .bind(after.unwrap_or(""))
-                .bind(super::clamp_i64(limit)),
-            )
-            .await?;
+        let text = match since {
+            None => concat!(
+                "SELECT thread_id FROM threads WHERE thread_id > $1 AND status <> 'busy' ",
+                "ORDER BY thread_id LIMIT $2"
+            ),
+            Some(_) => concat!(
+                "SELECT thread_id FROM threads WHERE thread_id > $1 AND status <> 'busy' ",
+                "AND updated_at >= $3 ORDER BY thread_id LIMIT $2"
+            ),
+        };
+        let mut sql = Sql::new(text)
+            .bind(after.unwrap_or(""))
+            .bind(super::clamp_i64(limit));
+        if let Some(since) = since {
+            sql = sql.arg(Arg::ts(since));
+        }
+        let rows = self.db.read_all(sql).await?;
         rows.iter().map(|r| r.text("thread_id")).collect()
     }
 
@@ -750,7 +757,9 @@ impl SqlStore {
         if let Some(policy) = &q.prune {
             let mut after: Option<String> = None;
             loop {
-                let ids = self.retention_threads_once(after.as_deref(), 100).await?;
+                let ids = self
+                    .retention_threads_once(after.as_deref(), None, 100)
+                    .await?;
                 let Some(last) = ids.last() else { break };
                 after = Some(last.clone());
                 for id in ids.iter().filter(|id| !idle.contains(*id)) {
@@ -783,8 +792,13 @@ impl RetentionStore for SqlStore {
         retry!(self.try_lease_once(name, owner, now, until))
     }
 
-    async fn retention_threads(&self, after: Option<&str>, limit: u64) -> Result<Vec<String>> {
-        retry!(self.retention_threads_once(after, limit))
+    async fn retention_threads(
+        &self,
+        after: Option<&str>,
+        since: Option<DateTime<Utc>>,
+        limit: u64,
+    ) -> Result<Vec<String>> {
+        retry!(self.retention_threads_once(after, since, limit))
     }
 
     async fn prune_checkpoints(

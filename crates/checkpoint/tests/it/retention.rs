@@ -14,6 +14,7 @@ conformance!(store:
     pruning_leaves_busy_threads_alone,
     one_sweeper_holds_the_lease,
     expiry_takes_finished_runs_only,
+    sweeps_can_visit_only_recently_updated_threads,
 );
 
 /// Builds a thread checkpoint by checkpoint, remembering which ones must survive pruning.
@@ -342,7 +343,7 @@ async fn pruning_leaves_busy_threads_alone(db: Arc<dyn Persistence>) {
         PruneOutcome::default()
     );
     assert!(
-        !db.retention_threads(None, 1000)
+        !db.retention_threads(None, None, 1000)
             .await
             .unwrap()
             .contains(&t.id)
@@ -490,4 +491,52 @@ async fn expiry_takes_finished_runs_only(db: Arc<dyn Persistence>) {
             .unwrap()
             .is_empty()
     );
+}
+
+async fn sweeps_can_visit_only_recently_updated_threads(db: Arc<dyn Persistence>) {
+    let a = db.create_thread(NewThread::default()).await.unwrap();
+    let b = db.create_thread(NewThread::default()).await.unwrap();
+    let listed = |since| {
+        let db = db.clone();
+        async move { db.retention_threads(None, since, 1000).await.unwrap() }
+    };
+    let all = listed(None).await;
+    assert!(all.contains(&a.thread_id) && all.contains(&b.thread_id));
+    let (newest, newest_id) = if a.updated_at >= b.updated_at {
+        (a.updated_at, &a.thread_id)
+    } else {
+        (b.updated_at, &b.thread_id)
+    };
+    let later = newest + chrono::Duration::microseconds(1);
+    assert!(listed(Some(newest)).await.contains(newest_id));
+    assert!(listed(Some(later)).await.is_empty());
+    // A run's end updates its thread, so the next sweep visits it again.
+    let run = db
+        .create_run(NewRun {
+            thread_id: a.thread_id.clone(),
+            assistant_id: "asst".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .run;
+    db.claim_run(&run.run_id, "w", std::time::Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    // Busy threads are not visited.
+    assert!(listed(Some(later)).await.is_empty());
+    db.finish_run(
+        &run.run_id,
+        "w",
+        RunFinish {
+            status: RunStatus::Success,
+            error: None,
+            stop_reason: None,
+            thread: ThreadSummary::default(),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(listed(Some(later)).await, vec![a.thread_id.clone()]);
 }
