@@ -48,9 +48,9 @@ pub fn free_port() -> Result<u16> {
 }
 
 /// `fawn serve --no-auth` on `port` with `config`, its data under `home` (`FAWN_HOME`),
-/// only errors logged (to the benchmark's stderr), never a `DATABASE_URL` from the caller's
-/// environment: how every benchmark starts the server it measures. Authentication is off so
-/// the figures are the run lifecycle's (`auth_cost` measures auth).
+/// its stderr the benchmark's, never a `DATABASE_URL` from the caller's environment: how
+/// every benchmark starts the server it measures. Authentication is off so the figures are
+/// the run lifecycle's (`auth_cost` measures auth).
 pub fn fawn_serve(program: &Path, port: u16, config: &Path, home: &Path) -> Command {
     let mut cmd = Command::new(program);
     cmd.args([
@@ -62,10 +62,15 @@ pub fn fawn_serve(program: &Path, port: u16, config: &Path, home: &Path) -> Comm
     ])
     .arg(config)
     .env("FAWN_HOME", home.join("home"))
-    .env("RUST_LOG", "error")
     .env_remove("DATABASE_URL")
-    .stdout(Stdio::null())
     .stderr(Stdio::inherit());
+    // Errors only (the server logs to stdout), unless FAWN_BENCH_RUST_LOG asks for more
+    // (e.g. `fawn_runtime::retention=info`: each sweep and what it took), which then
+    // goes to the benchmark's stdout.
+    match std::env::var("FAWN_BENCH_RUST_LOG") {
+        Ok(filter) => cmd.env("RUST_LOG", filter).stdout(Stdio::inherit()),
+        Err(_) => cmd.env("RUST_LOG", "error").stdout(Stdio::null()),
+    };
     cmd
 }
 
