@@ -8,7 +8,7 @@ VENV := .venv
 FUZZ_VENV := .venv-fuzz
 SDK_JS := tests/sdk/js
 
-.PHONY: test test-build test-envs rust-tests deps lint fmt build release dist serve bench clean-data sdk-test sdk-bins fuzz nodes-test
+.PHONY: test test-build test-envs rust-tests deps fmt-check lint fmt build release dist serve bench clean-data sdk-test sdk-bins fuzz nodes-test
 
 ## Everything CI checks: formatting, lints, unit + integration tests (SQLite and Postgres),
 ## the SDK compatibility suites (real Python and JS LangGraph SDKs against `fawn serve`), the
@@ -23,9 +23,20 @@ test: deps
 	$(MAKE) --no-print-directory -j3 test-build test-envs
 	$(MAKE) --no-print-directory --output-sync=target -j4 rust-tests sdk-test nodes-test fuzz BINS_BUILT=1
 
-test-build: lint
-	MAKEFLAGS= $(CARGO) test --workspace --all-targets --locked --no-run
-	MAKEFLAGS= $(CARGO) build --locked --workspace --all-targets
+## Clippy's lints run inside the test build rather than in a second compilation of every
+## crate: the workspace's own crates are compiled by clippy-driver, as `cargo clippy` does
+## itself (RUSTC_WORKSPACE_WRAPPER; CLIPPY_ARGS is how cargo-clippy hands `-D warnings` to
+## the driver), so one compilation both lints and builds each target, and any clippy
+## warning fails the build. Cargo keeps these artifacts apart from a plain `cargo build`'s
+## (the wrapper is part of their hash), so `make test` and `cargo test` do not rebuild each
+## other's. Every cargo call of the test suites uses it, or it would compile again.
+## `make lint` is the plain `cargo clippy` (same lints).
+LINTED := RUSTC_WORKSPACE_WRAPPER="$(shell rustc --print sysroot)/bin/clippy-driver" \
+	CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__ MAKEFLAGS=
+
+test-build: fmt-check
+	$(LINTED) $(CARGO) test --workspace --all-targets --locked --no-run
+	$(LINTED) $(CARGO) build --locked --workspace --all-targets
 
 test-envs: $(VENV)/.installed $(FUZZ_VENV)/.installed $(SDK_JS)/node_modules/.installed
 
@@ -33,8 +44,8 @@ test-envs: $(VENV)/.installed $(FUZZ_VENV)/.installed $(SDK_JS)/node_modules/.in
 ## (MAKEFLAGS emptied: make shares no jobserver with these cargo calls, so cargo's own
 ## warning about one it cannot open is noise.)
 rust-tests:
-	MAKEFLAGS= $(CARGO) test --workspace --all-targets --locked
-	MAKEFLAGS= $(CARGO) test --workspace --doc --locked
+	$(LINTED) $(CARGO) test --workspace --all-targets --locked
+	$(LINTED) $(CARGO) test --workspace --doc --locked
 
 ## Three `fawn serve` on one Postgres behind a round-robin proxy, with and without the Redis
 ## event bus (Redis at TEST_REDIS_URL, default redis://127.0.0.1:6379), driven by the SDK.
@@ -65,7 +76,7 @@ sdk-test: sdk-bins $(VENV)/.installed $(SDK_JS)/node_modules/.installed
 ## waits on the lock the running cargo tests hold.)
 sdk-bins:
 ifndef BINS_BUILT
-	$(CARGO) build --locked --workspace --all-targets
+	$(LINTED) $(CARGO) build --locked --workspace --all-targets
 endif
 
 $(VENV)/.installed: tests/sdk/python/requirements.txt
@@ -81,8 +92,10 @@ $(SDK_JS)/node_modules/.installed: $(SDK_JS)/package.json $(SDK_JS)/package-lock
 deps:
 	@./scripts/install-deps.sh
 
-lint:
+fmt-check:
 	$(CARGO) fmt --all -- --check
+
+lint: fmt-check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
 fmt:
