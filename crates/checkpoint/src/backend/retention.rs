@@ -2,7 +2,7 @@
 //! `crate::retention` for what is kept), run expiry and idle threads.
 
 use super::SqlStore;
-use super::chain::{decode_updates, decode_writes_json, mergeable, writes_need_normalizing};
+use super::chain::{decode_updates, mergeable, writes_need_normalizing};
 use super::checkpoints::materialize;
 use super::db::{Arg, DbErr, DbResult, Dialect, Exec, Sql, Tx, retry};
 use crate::Result;
@@ -12,7 +12,6 @@ use crate::retention::{
 use crate::types::PruneStrategy;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 
 /// One root-namespace checkpoint as pruning sees it (no state).
@@ -55,23 +54,14 @@ fn len_fn(dialect: Dialect) -> &'static str {
 }
 
 fn node_from_row(r: &super::db::Row) -> DbResult<Node> {
-    let metadata = r.map("metadata")?;
-    let next = r.json("next")?;
-    let tasks = r.json("tasks")?;
-    let interrupted = tasks.as_array().is_some_and(|ts| {
-        ts.iter().any(|t| {
-            t.get("interrupts")
-                .and_then(Value::as_array)
-                .is_some_and(|i| !i.is_empty())
-        })
-    });
+    let source = r.opt_text("source")?;
     Ok(Node {
         id: r.text("checkpoint_id")?,
         parent_id: r.opt_text("parent_id")?,
-        is_loop: metadata.get("source").and_then(Value::as_str) == Some("loop"),
-        is_input: metadata.get("source").and_then(Value::as_str) == Some("input"),
-        settled: next.as_array().is_none_or(Vec::is_empty),
-        interrupted,
+        is_loop: source.as_deref() == Some("loop"),
+        is_input: source.as_deref() == Some("input"),
+        settled: r.int("n_next")? == 0,
+        interrupted: r.boolean("interrupted")?,
         is_snapshot: r.boolean("is_snap")?,
         created_at: r.ts("created_at")?,
         bytes: r.int("bytes")?,
@@ -118,16 +108,30 @@ async fn plan(
     }
     let rows = exec
         .all(
+            // What pruning needs of each step's metadata, `next` and `tasks` is read in
+            // SQL: parsing the JSON of every checkpoint of every visited thread was half
+            // of a sweep's cost.
             Sql::new(dialect.pick(
                 concat!(
-                    "SELECT checkpoint_id, parent_id, metadata, next, tasks, created_at, ",
+                    "SELECT checkpoint_id, parent_id, created_at, ",
+                    "json_extract(metadata, '$.source') AS source, ",
+                    "COALESCE(json_array_length(next), 0) AS n_next, ",
+                    "EXISTS (SELECT 1 FROM json_each(tasks) t ",
+                    "WHERE json_array_length(t.value, '$.interrupts') > 0) AS interrupted, ",
                     "snapshot IS NOT NULL AS is_snap, length(writes) + ",
                     "COALESCE(length(snapshot), 0) + length(metadata) + length(next) + ",
                     "length(tasks) AS bytes FROM checkpoints ",
                     "WHERE thread_id = $1 AND checkpoint_ns = '' ORDER BY checkpoint_id"
                 ),
                 concat!(
-                    "SELECT checkpoint_id, parent_id, metadata, next, tasks, created_at, ",
+                    "SELECT checkpoint_id, parent_id, created_at, ",
+                    "metadata->>'source' AS source, ",
+                    "CASE WHEN jsonb_typeof(next) = 'array' THEN jsonb_array_length(next) ",
+                    "ELSE 0 END::bigint AS n_next, ",
+                    "EXISTS (SELECT 1 FROM jsonb_array_elements(CASE WHEN jsonb_typeof(tasks) ",
+                    "= 'array' THEN tasks ELSE '[]'::jsonb END) t WHERE CASE WHEN ",
+                    "jsonb_typeof(t->'interrupts') = 'array' THEN ",
+                    "jsonb_array_length(t->'interrupts') > 0 ELSE false END) AS interrupted, ",
                     "snapshot IS NOT NULL AS is_snap, (pg_column_size(writes) + ",
                     "COALESCE(pg_column_size(snapshot), 0) + pg_column_size(metadata) + ",
                     "pg_column_size(next) + pg_column_size(tasks))::bigint AS bytes ",
@@ -263,6 +267,24 @@ fn joinable_writes(id: &str, text: &str) -> DbResult<bool> {
     Ok(named.iter().all(|(_, u)| mergeable(u)) && !writes_need_normalizing(&named))
 }
 
+/// One JSON array of the elements of the JSON arrays `texts`, in order; `None` when one of
+/// them is not an array.
+fn join_arrays<'a>(texts: impl Iterator<Item = &'a str>) -> Option<String> {
+    let mut out = String::from("[");
+    for text in texts {
+        let inner = text.trim().strip_prefix('[')?.strip_suffix(']')?.trim();
+        if inner.is_empty() {
+            continue;
+        }
+        if out.len() > 1 {
+            out.push(',');
+        }
+        out.push_str(inner);
+    }
+    out.push(']');
+    Some(out)
+}
+
 /// How a kept checkpoint whose parent goes stays readable.
 enum Fix {
     /// It is a snapshot: only its parent link changes.
@@ -340,18 +362,19 @@ async fn rewires(
                 joinable = joinable_writes(x, text)?;
             }
             if joinable {
-                let mut joined: Vec<Value> = Vec::new();
-                for x in path.iter().rev().chain(std::iter::once(&id)) {
-                    let text = writes.get(x).map(String::as_str).unwrap_or("[]");
-                    for (node, update) in decode_writes_json(text)
-                        .map_err(|e| DbErr::corrupt(format!("checkpoint {x}: {e}")))?
-                    {
-                        joined.push(Value::Array(vec![Value::String(node), update]));
-                    }
-                }
+                // Each text was just read as an array of `[node, update]` pairs, so the
+                // joined writes are their elements in order, joined as text (parsing and
+                // writing them again cost as much as the check above).
+                let texts = path
+                    .iter()
+                    .rev()
+                    .chain(std::iter::once(&id))
+                    .map(|x| writes.get(x).map(String::as_str).unwrap_or("[]"));
+                let text = join_arrays(texts).ok_or_else(|| {
+                    DbErr::corrupt(format!("checkpoint {id}: writes are not an array"))
+                })?;
                 // Joined writes are as large as a turn: on SQLite they are stored packed,
                 // like snapshots (every reader of `writes` unpacks them).
-                let text = Value::Array(joined).to_string();
                 Fix::Join(Arg::packed_text(dialect, text))
             } else {
                 Fix::Snapshot
@@ -826,5 +849,31 @@ impl RetentionStore for SqlStore {
 
     async fn estimate_sweep(&self, query: &SweepQuery) -> Result<RetentionEstimate> {
         retry!(self.estimate_sweep_once(query))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::join_arrays;
+    use serde_json::{Value, json};
+
+    #[test]
+    fn joined_writes_are_the_elements_in_order() {
+        let texts = [
+            r#"[["model", {"messages": [{"content": "a, [b]"}]}]]"#,
+            " [] ",
+            r#"[["tools", {"x": 1}], ["model", {"y": "]"}]]"#,
+        ];
+        let joined: Value = serde_json::from_str(&join_arrays(texts.into_iter()).unwrap()).unwrap();
+        assert_eq!(
+            joined,
+            json!([
+                ["model", {"messages": [{"content": "a, [b]"}]}],
+                ["tools", {"x": 1}],
+                ["model", {"y": "]"}]
+            ])
+        );
+        assert_eq!(join_arrays(["[]"].into_iter()).as_deref(), Some("[]"));
+        assert_eq!(join_arrays(["{}"].into_iter()), None);
     }
 }
