@@ -405,18 +405,7 @@ async fn expiry_takes_finished_runs_only(db: Arc<dyn Persistence>) {
     db.append_run_events(&thread, &done.run_id, vec![event("a"), event("b")])
         .await
         .unwrap();
-    db.finish_run(
-        &done.run_id,
-        "w",
-        RunFinish {
-            status: RunStatus::Success,
-            error: None,
-            stop_reason: None,
-            thread: ThreadSummary::default(),
-        },
-    )
-    .await
-    .unwrap();
+    finish_success(&*db, &done.run_id).await;
     let running = db.create_run(new_run()).await.unwrap().run;
     db.claim_run(&running.run_id, "w", lease)
         .await
@@ -526,8 +515,14 @@ async fn sweeps_can_visit_only_recently_updated_threads(db: Arc<dyn Persistence>
         .unwrap();
     // Busy threads are not visited.
     assert!(listed(Some(later)).await.is_empty());
+    finish_success(&*db, &run.run_id).await;
+    assert_eq!(listed(Some(later)).await, vec![a.thread_id.clone()]);
+}
+
+/// Ends claimed run `run_id` (claimed by worker `w`) successfully.
+async fn finish_success(db: &dyn Persistence, run_id: &str) {
     db.finish_run(
-        &run.run_id,
+        run_id,
         "w",
         RunFinish {
             status: RunStatus::Success,
@@ -538,5 +533,4 @@ async fn sweeps_can_visit_only_recently_updated_threads(db: Arc<dyn Persistence>
     )
     .await
     .unwrap();
-    assert_eq!(listed(Some(later)).await, vec![a.thread_id.clone()]);
 }
