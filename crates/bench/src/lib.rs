@@ -145,3 +145,44 @@ pub async fn wait_ok(
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+/// About 1 KB of user text: `lead`, then words of `words` and numbers drawn by a xorshift
+/// seeded with `seed`, cut to 1,024 bytes. Different for every seed (so nothing compresses to
+/// a repeat), the same for the same arguments (so stored sizes are comparable across runs).
+pub fn user_message(lead: String, seed: usize, words: &[&str]) -> String {
+    let mut s = lead;
+    let mut x = seed as u64 * 2_654_435_761 + 1;
+    while s.len() < 1024 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.push_str(words[(x % words.len() as u64) as usize]);
+        s.push(' ');
+        s.push_str(&(x % 10_000).to_string());
+        s.push(' ');
+    }
+    s.truncate(1024);
+    s
+}
+
+/// `POST /threads/{tid}/runs/wait` with `body`: the thread's values after the run; an error
+/// when the request fails or the run ended in an error (`__error__`).
+pub async fn run_wait(
+    client: &reqwest::Client,
+    url: &str,
+    tid: &str,
+    body: &serde_json::Value,
+) -> Result<serde_json::Value> {
+    let v: serde_json::Value = client
+        .post(format!("{url}/threads/{tid}/runs/wait"))
+        .json(body)
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    if v.get("__error__").is_some() {
+        bail!("run failed: {v}");
+    }
+    Ok(v)
+}

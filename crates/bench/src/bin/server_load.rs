@@ -564,17 +564,7 @@ async fn one_iteration(client: &reqwest::Client, target: &Target, mode: Mode) ->
     let body = run_body(&target.assistant);
     match mode {
         Mode::Wait => {
-            let v: Value = client
-                .post(format!("{url}/threads/{tid}/runs/wait"))
-                .json(&body)
-                .send()
-                .await?
-                .error_for_status()?
-                .json()
-                .await?;
-            if v.get("__error__").is_some() {
-                bail!("run failed: {v}");
-            }
+            fawn_bench::run_wait(client, url, &tid, &body).await?;
             Ok(Sample {
                 total: started.elapsed(),
                 first_event: None,

@@ -143,7 +143,7 @@ async fn start_server(home: &Path, mock_url: &str, o: &Options) -> Result<(Proc,
 
 /// About 1 KB of user text, different every run.
 fn user_message(n: usize) -> String {
-    let mut s = format!("Run {n}: please write the report on ");
+    let lead = format!("Run {n}: please write the report on ");
     let words = [
         "latency",
         "storage",
@@ -154,34 +154,13 @@ fn user_message(n: usize) -> String {
         "pages",
         "journal",
     ];
-    let mut x = n as u64 * 2_654_435_761 + 1;
-    while s.len() < 1024 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        s.push_str(words[(x % words.len() as u64) as usize]);
-        s.push(' ');
-        s.push_str(&(x % 10_000).to_string());
-        s.push(' ');
-    }
-    s.truncate(1024);
-    s
+    fawn_bench::user_message(lead, n, &words)
 }
 
 async fn turn(client: &reqwest::Client, url: &str, tid: &str, n: usize) -> Result<()> {
     let body = json!({"assistant_id": "lead_agent",
         "input": {"messages": [{"role": "user", "content": user_message(n)}]}});
-    let v: serde_json::Value = client
-        .post(format!("{url}/threads/{tid}/runs/wait"))
-        .json(&body)
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
-    if v.get("__error__").is_some() {
-        bail!("run failed: {v}");
-    }
+    fawn_bench::run_wait(client, url, tid, &body).await?;
     Ok(())
 }
 

@@ -162,7 +162,7 @@ async fn start_server_with(
 
 /// About 1 KB of user text, different every turn (so nothing compresses to a repeat).
 fn user_message(turn: usize) -> String {
-    let mut s = format!("Turn {turn}: please write the report on ");
+    let lead = format!("Turn {turn}: please write the report on ");
     let words = [
         "latency",
         "storage",
@@ -181,36 +181,14 @@ fn user_message(turn: usize) -> String {
         "models",
         "vacuum",
     ];
-    let mut x = turn as u64 * 2_654_435_761 + 1;
-    while s.len() < 1024 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        s.push_str(words[(x % words.len() as u64) as usize]);
-        s.push(' ');
-        s.push_str(&(x % 10_000).to_string());
-        s.push(' ');
-    }
-    s.truncate(1024);
-    s
+    fawn_bench::user_message(lead, turn, &words)
 }
 
 /// One turn; returns the thread's values after it.
 async fn turn(client: &reqwest::Client, url: &str, tid: &str, n: usize) -> Result<Value> {
     let body = json!({"assistant_id": "lead_agent",
         "input": {"messages": [{"role": "user", "content": user_message(n)}]}});
-    let v: Value = client
-        .post(format!("{url}/threads/{tid}/runs/wait"))
-        .json(&body)
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
-    if v.get("__error__").is_some() {
-        bail!("run failed: {v}");
-    }
-    Ok(v)
+    fawn_bench::run_wait(client, url, tid, &body).await
 }
 
 fn file_len(p: &Path) -> u64 {
