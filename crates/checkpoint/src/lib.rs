@@ -425,6 +425,13 @@ pub trait Persistence:
     async fn maintain(&self) -> Maintenance {
         Maintenance::default()
     }
+    /// What a sweep does after deleting, while writes go on: one step handing free pages
+    /// back to the file system, up to 64 and only those above a slack of a quarter of the
+    /// file (a busy database reuses them), waiting for the writer; the WAL is left alone.
+    /// Nothing on Postgres.
+    async fn shed_free_pages(&self) -> Maintenance {
+        Maintenance::default()
+    }
     /// Waits for in-flight statements and closes the connections (graceful shutdown).
     /// Every later call fails with [`StoreError::Database`].
     async fn close(&self);

@@ -964,6 +964,20 @@ async fn wal_checkpoints(lite: Arc<Lite>) {
     }
 }
 
+/// What a maintenance step did, counted in `/metrics`, with the files' sizes afterwards.
+fn maintenance(lite: &Lite, m: super::lite::Maintained) -> crate::Maintenance {
+    record_maintenance(&m);
+    let (db_bytes, wal_bytes) = sqlite_file_sizes(lite.path());
+    crate::Maintenance {
+        ran: m.ran,
+        wal_truncated: m.wal_truncated,
+        pages_vacuumed: m.pages_vacuumed,
+        free_pages: m.free_pages,
+        db_bytes,
+        wal_bytes,
+    }
+}
+
 /// Counts what a maintenance step did in `/metrics`.
 fn record_maintenance(m: &super::lite::Maintained) {
     let metrics = fawn_telemetry::metrics();
@@ -1294,19 +1308,16 @@ impl Db {
     /// [`Lite::maintain`]); Postgres: nothing (autovacuum does its part).
     pub async fn maintain(&self) -> crate::Maintenance {
         match &self.pools {
-            Pools::Sqlite { lite, .. } => {
-                let m = lite.maintain(true).await;
-                record_maintenance(&m);
-                let (db_bytes, wal_bytes) = sqlite_file_sizes(lite.path());
-                crate::Maintenance {
-                    ran: m.ran,
-                    wal_truncated: m.wal_truncated,
-                    pages_vacuumed: m.pages_vacuumed,
-                    free_pages: m.free_pages,
-                    db_bytes,
-                    wal_bytes,
-                }
-            }
+            Pools::Sqlite { lite, .. } => maintenance(lite, lite.maintain(true).await),
+            Pools::Pg { .. } => crate::Maintenance::default(),
+        }
+    }
+
+    /// SQLite: one step handing back free pages above a busy database's slack (see
+    /// [`Lite::shed_free_pages`]); Postgres: nothing.
+    pub async fn shed_free_pages(&self) -> crate::Maintenance {
+        match &self.pools {
+            Pools::Sqlite { lite, .. } => maintenance(lite, lite.shed_free_pages().await),
             Pools::Pg { .. } => crate::Maintenance::default(),
         }
     }

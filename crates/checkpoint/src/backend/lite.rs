@@ -50,6 +50,9 @@ pub(crate) const JOURNAL_SIZE_LIMIT: i64 = 4 * 1024 * 1024;
 /// 256 KiB of 4 KiB pages, a step that held the writer for under a millisecond on the test
 /// machine (256 pages: up to 12 ms). Steps come every 250 ms while idle.
 pub(crate) const VACUUM_STEP_PAGES: i64 = 64;
+/// While writes go on, a quarter of the file's pages may stay free
+/// ([`Lite::shed_free_pages`]).
+const SLACK_DIVISOR: i64 = 4;
 
 /// What an operation on a closed database answers.
 fn closed() -> DbErr {
@@ -253,33 +256,7 @@ impl Lite {
     /// `wait`: wait for the writer (and commit a group left open) instead of doing nothing
     /// when it is busy.
     pub async fn maintain(&self, wait: bool) -> Maintained {
-        let vacuum = self.auto_vacuum == 2;
-        let Some(mut out) = self
-            .with_idle_writer(wait, move |conn| {
-                let free = |conn: &Connection| -> rusqlite::Result<i64> {
-                    conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))
-                };
-                let before = free(conn)?;
-                let mut out = Maintained {
-                    ran: true,
-                    free_pages: u64::try_from(before).unwrap_or(0),
-                    ..Maintained::default()
-                };
-                if vacuum && before > 0 {
-                    // One result row per page freed: step it to the end.
-                    let mut stmt =
-                        conn.prepare(&format!("PRAGMA incremental_vacuum({VACUUM_STEP_PAGES})"))?;
-                    let mut rows = stmt.raw_query();
-                    while rows.next()?.is_some() {}
-                    drop(rows);
-                    let after = free(conn)?;
-                    out.pages_vacuumed = u64::try_from(before - after).unwrap_or(0);
-                    out.free_pages = u64::try_from(after).unwrap_or(0);
-                }
-                Ok(out)
-            })
-            .await
-        else {
+        let Some(mut out) = self.vacuum_step(wait, 0).await else {
             return Maintained::default();
         };
         self.wal_checkpoint().await;
@@ -305,6 +282,54 @@ impl Lite {
             .await;
         out.wal_truncated = truncated.unwrap_or(false);
         out
+    }
+
+    /// What a sweep does after deleting, while writes go on: one step handing free pages
+    /// above a slack of a quarter of the file's pages back to the file system (up to
+    /// [`VACUUM_STEP_PAGES`]), waiting for the writer, and nothing else. A busy database
+    /// reuses its free pages for the writes that follow, so handing them all back only
+    /// makes the file grow again; and the WAL is left to the background checkpointer (a
+    /// checkpoint and a cut to zero bytes after each step made every step sync the disk
+    /// and the WAL start again from nothing). The idle maintenance returns the rest.
+    pub async fn shed_free_pages(&self) -> Maintained {
+        self.vacuum_step(true, SLACK_DIVISOR)
+            .await
+            .unwrap_or_default()
+    }
+
+    /// With the writer: up to [`VACUUM_STEP_PAGES`] free pages back to the file system
+    /// (incremental auto-vacuum databases only), keeping `1 / slack_divisor` of the file's
+    /// pages free (`0`: keep none). `None` when it could not run.
+    async fn vacuum_step(&self, wait: bool, slack_divisor: i64) -> Option<Maintained> {
+        let vacuum = self.auto_vacuum == 2;
+        self.with_idle_writer(wait, move |conn| {
+            let int = |conn: &Connection, q: &str| -> rusqlite::Result<i64> {
+                conn.query_row(q, [], |r| r.get(0))
+            };
+            let before = int(conn, "PRAGMA freelist_count")?;
+            let mut out = Maintained {
+                ran: true,
+                free_pages: u64::try_from(before).unwrap_or(0),
+                ..Maintained::default()
+            };
+            let slack = match slack_divisor {
+                0 => 0,
+                d => int(conn, "PRAGMA page_count")? / d,
+            };
+            let pages = (before - slack).min(VACUUM_STEP_PAGES);
+            if vacuum && pages > 0 {
+                // One result row per page freed: step it to the end.
+                let mut stmt = conn.prepare(&format!("PRAGMA incremental_vacuum({pages})"))?;
+                let mut rows = stmt.raw_query();
+                while rows.next()?.is_some() {}
+                drop(rows);
+                let after = int(conn, "PRAGMA freelist_count")?;
+                out.pages_vacuumed = u64::try_from(before - after).unwrap_or(0);
+                out.free_pages = u64::try_from(after).unwrap_or(0);
+            }
+            Ok(out)
+        })
+        .await
     }
 
     /// Runs `f` on the writer connection on a blocking thread, holding the writer (no group

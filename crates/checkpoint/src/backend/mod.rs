@@ -188,6 +188,10 @@ impl Persistence for SqlStore {
         self.db.maintain().await
     }
 
+    async fn shed_free_pages(&self) -> Maintenance {
+        self.db.shed_free_pages().await
+    }
+
     async fn queue_stats(&self) -> Result<QueueStats> {
         let pending = self
             .db

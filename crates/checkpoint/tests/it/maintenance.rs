@@ -109,6 +109,58 @@ async fn the_wal_is_cut_to_nothing_by_maintenance() {
     db.close().await;
 }
 
+/// What a sweep does after deleting while writes go on: free pages beyond a quarter of the
+/// file go back, the rest stay for the writes that follow, and the WAL is left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_database_keeps_a_quarter_of_its_pages_free() {
+    let t = TestDb::sqlite();
+    let db = t.open().await;
+    let path = sqlite_path(&t.config);
+    let (kept, _) = burst(&*db, 40, 32 * 1024).await;
+    let (gone, _) = burst(&*db, 100, 32 * 1024).await;
+    assert!(db.maintain().await.wal_truncated);
+    assert!(db.delete_thread(&gone).await.unwrap());
+    assert!(wal_len(&path) > 0, "the deletion went through the WAL");
+    let mut vacuumed = 0;
+    let mut last = db.shed_free_pages().await;
+    for _ in 0..200 {
+        assert!(last.ran, "{last:?}");
+        assert!(!last.wal_truncated, "{last:?}");
+        vacuumed += last.pages_vacuumed;
+        if last.pages_vacuumed == 0 {
+            break;
+        }
+        last = db.shed_free_pages().await;
+    }
+    assert!(vacuumed > 200, "pages handed back: {vacuumed}");
+    // The file is cut when the WAL is next copied into it; a reader sees the pages now.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let pages: i64 = conn
+        .query_row("PRAGMA page_count", [], |r| r.get(0))
+        .unwrap();
+    let pages = u64::try_from(pages).unwrap();
+    drop(conn);
+    assert!(
+        last.free_pages > 0
+            && last.free_pages <= pages / 4 + 1
+            && last.free_pages + 64 >= pages / 4,
+        "a quarter of {pages} pages stays free: {last:?}"
+    );
+    assert!(wal_len(&path) > 0, "the WAL was not cut");
+    // Nothing more to shed; the idle maintenance takes the rest.
+    assert_eq!(db.shed_free_pages().await.pages_vacuumed, 0);
+    let mut m = db.maintain().await;
+    for _ in 0..200 {
+        if m.free_pages == 0 {
+            break;
+        }
+        m = db.maintain().await;
+    }
+    assert_eq!(m.free_pages, 0, "{m:?}");
+    assert!(db.get_checkpoint(&kept, "", None).await.unwrap().is_some());
+    db.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn freed_pages_go_back_to_the_file_system() {
     let t = TestDb::sqlite();
