@@ -68,6 +68,14 @@ impl RetentionPolicy {
         self.keep_turns.is_some() || self.keep_age.is_some()
     }
 
+    /// Whether a run's end is all a thread's pruning needs: with `keep_turns` alone, only a
+    /// new turn makes anything prunable, and each run's end prunes its thread
+    /// ([`prune_after_run`]); with `keep_days`, steps also become prunable by ageing, which
+    /// only a sweep notices.
+    pub fn prunes_at_run_end(&self) -> bool {
+        self.keep_turns.is_some() && self.keep_age.is_none()
+    }
+
     fn prune_policy(&self, now: DateTime<Utc>) -> PrunePolicy {
         PrunePolicy {
             keep_turns: self.keep_turns,
@@ -108,12 +116,14 @@ pub struct SweepReport {
     pub checkpoints: PruneOutcome,
     pub runs: u64,
     pub run_events: u64,
-    /// SQLite: free pages handed back to the file system right after the sweep.
+    /// SQLite: free pages handed back to the file system right after the sweep (those
+    /// above a quarter of the file; the idle maintenance returns the rest).
     pub pages_vacuumed: u64,
 }
 
-/// At most this many maintenance steps (64 pages each, see `Persistence::maintain`) after a
-/// sweep; the idle maintenance returns whatever is left.
+/// At most this many steps handing back free pages (64 each, see
+/// `Persistence::shed_free_pages`) after a sweep; the idle maintenance returns whatever
+/// is left.
 const VACUUM_STEPS: usize = 1024;
 
 fn before(now: DateTime<Utc>, age: Duration) -> DateTime<Utc> {
@@ -238,7 +248,13 @@ pub async fn sweep(
     }
     let since = visits.since(policy);
     let mut complete = true;
-    if let Some(prune) = &query.prune {
+    // Threads that ran since the previous sweep were pruned at their runs' ends; what that
+    // missed (a thread that was busy again, a failure) waits for the next full sweep.
+    let prune = query
+        .prune
+        .as_ref()
+        .filter(|_| since.is_none() || !policy.prunes_at_run_end());
+    if let Some(prune) = prune {
         let mut after: Option<String> = None;
         loop {
             let ids = rt
@@ -274,17 +290,13 @@ pub async fn sweep(
     let removed =
         report.threads_removed + report.checkpoints.deleted + report.runs + report.run_events;
     if removed > 0 {
-        // What the sweep freed goes back to the file system now (SQLite, in steps that hold
-        // the writer for about a millisecond each; nothing on Postgres), rather than when
-        // the database next stays idle for a second.
+        // Free pages beyond what the writes that follow reuse go back to the file system
+        // now (SQLite, in steps that hold the writer for about a millisecond each; nothing
+        // on Postgres), rather than only when the database next stays idle for a second.
         for _ in 0..VACUUM_STEPS {
-            let m = rt.store.maintain().await;
+            let m = rt.store.shed_free_pages().await;
             report.pages_vacuumed += m.pages_vacuumed;
-            if !m.ran
-                || m.pages_vacuumed == 0
-                || m.free_pages == 0
-                || rt.queue.stopping.is_cancelled()
-            {
+            if !m.ran || m.pages_vacuumed == 0 || rt.queue.stopping.is_cancelled() {
                 break;
             }
         }
@@ -294,22 +306,52 @@ pub async fn sweep(
 }
 
 fn record(r: &SweepReport) {
+    record_removed(&r.checkpoints, r.threads_removed, r.runs, r.run_events);
+}
+
+fn record_removed(c: &PruneOutcome, threads: u64, runs: u64, run_events: u64) {
     let m = fawn_telemetry::metrics();
     for (what, n) in [
-        ("threads", r.threads_removed),
-        ("checkpoints", r.checkpoints.deleted),
-        ("rebased", r.checkpoints.rebased),
-        ("materialized", r.checkpoints.materialized),
-        ("runs", r.runs),
-        ("run_events", r.run_events),
+        ("threads", threads),
+        ("checkpoints", c.deleted),
+        ("rebased", c.rebased),
+        ("materialized", c.materialized),
+        ("runs", runs),
+        ("run_events", run_events),
     ] {
         m.retention_removed.with_label_values(&[what]).inc_by(n);
     }
 }
 
+/// After a run's end, when retention prunes by turns: prunes its thread in the background
+/// (the same pruning a sweep does, so also safe beside another node's), so that a thread
+/// is pruned a turn at a time as it grows, on whichever node ran it, instead of in bursts
+/// that hold up the runs of the sweep's moment. A thread already busy again is left for
+/// its next run's end; a failure is logged and left for the next full sweep.
+pub(crate) fn prune_after_run(rt: &RuntimeHandle, thread_id: &str) {
+    let Some(policy) = rt.retention.as_ref().filter(|p| p.prunes_at_run_end()) else {
+        return;
+    };
+    let prune = policy.prune_policy(rt.now());
+    let (rt2, thread_id) = (rt.clone(), thread_id.to_string());
+    rt.queue.spawn(async move {
+        match rt2.store.prune_checkpoints(&thread_id, &prune).await {
+            Ok(out) => {
+                if out.deleted > 0 {
+                    tracing::debug!(thread_id = %thread_id, deleted = out.deleted, "pruned after a run");
+                    record_removed(&out, 0, 0, 0);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(thread_id = %thread_id, error = %e, "pruning checkpoints after a run failed")
+            }
+        }
+    });
+}
+
 /// Sweeps every interval while the runtime runs (nothing when no retention is configured).
 pub async fn sweeper(rt: RuntimeHandle) {
-    let Some(policy) = RetentionPolicy::from_config(rt.settings.app.checkpointer.as_ref()) else {
+    let Some(policy) = rt.retention.clone() else {
         return;
     };
     tracing::info!(?policy, "retention sweeper on");

@@ -136,6 +136,9 @@ pub struct Runtime {
     assistants: RwLock<HashMap<String, (Assistant, Instant)>>,
     /// The event bus between nodes (see [`crate::bus`]), set while the runtime is built.
     bus: OnceLock<Arc<dyn EventBus>>,
+    /// `checkpointer.ttl` / `checkpointer.retention`, when they ask for anything: the
+    /// sweeper's, and what a run's end prunes of its thread.
+    pub(crate) retention: Option<crate::retention::RetentionPolicy>,
 }
 
 /// The runtime as its tasks and callers hold it.
@@ -293,7 +296,10 @@ impl Runtime {
             max_concurrent_runs = queue_config.max_concurrent_runs,
             "runs beyond this many at once wait in the queue"
         );
+        let retention =
+            crate::retention::RetentionPolicy::from_config(settings.app.checkpointer.as_ref());
         let rt = Arc::new(Runtime {
+            retention,
             settings,
             store,
             graphs,

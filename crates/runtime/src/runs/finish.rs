@@ -302,6 +302,9 @@ async fn record_outcome(a: &Attempt<'_>, observer: &Observer, outcome: RunOutcom
         }
     };
     rt.broker.finish(&run.run_id, Some(body));
+    if finished.is_some() && !kw.temporary {
+        crate::retention::prune_after_run(rt, &run.thread_id);
+    }
     if let (Some(url), Some(finished), Some(values)) = (&kw.webhook, finished, webhook_values) {
         let payload = webhook::body(
             &finished,

@@ -4,6 +4,7 @@
 //! runs expire and the idle threads go. Once on a short thread (5 turns), once on a long
 //! one (50 turns, pruned over several sweeps, branched at an early turn). Before each
 //! kind of sweep, the store's estimate (what `fawn db stats` prints) counts what it removes.
+//! And with `keep_turns` configured, each run's end prunes its own thread, no sweep needed.
 
 use crate::helpers::run_to_success as run;
 use crate::helpers::*;
@@ -15,7 +16,8 @@ use std::time::Duration;
 
 backends!(
     pruned_thread_keeps_history_regenerate_and_branch,
-    long_pruned_thread_keeps_history_regenerate_and_branch
+    long_pruned_thread_keeps_history_regenerate_and_branch,
+    a_runs_end_prunes_its_thread
 );
 
 async fn pruned_thread_keeps_history_regenerate_and_branch(db: Db) {
@@ -24,6 +26,59 @@ async fn pruned_thread_keeps_history_regenerate_and_branch(db: Db) {
 
 async fn long_pruned_thread_keeps_history_regenerate_and_branch(db: Db) {
     prune_and_check(db, 50, 2).await
+}
+
+/// `checkpointer.retention.keep_turns: 1` with the sweeps an hour apart (none runs during
+/// the test): after three turns the thread's step checkpoints of the first two are gone,
+/// pruned at the runs' ends, and its messages are the same as before.
+async fn a_runs_end_prunes_its_thread(db: Db) {
+    let mock = fawn_testkit::MockLlm::start_with(fawn_testkit::MockConfig::default())
+        .await
+        .unwrap();
+    let Some(app) = spawn_with(Spawn {
+        mock: Some(Arc::new(mock)),
+        lead_agent: true,
+        settings: Some(Box::new(|s| {
+            let cp = s.app.checkpointer.get_or_insert_with(Default::default);
+            cp.ttl = Some(Default::default());
+            cp.retention = Some(fawn_config::RetentionConfig {
+                keep_turns: Some(1),
+                ..Default::default()
+            });
+        })),
+        ..Spawn::new(db)
+    })
+    .await
+    else {
+        return;
+    };
+    let tid = app.create_thread().await;
+    run(&app, &tid, "question 0").await;
+    // One turn: nothing to prune, every step is in the history.
+    let one_turn = history(&app, &tid).await.len();
+    run(&app, &tid, "question 1").await;
+    run(&app, &tid, "question 2").await;
+    let msgs = ids(&messages(&app, &tid).await);
+    let policy = RetentionPolicy {
+        interval: Duration::from_secs(3600),
+        idle_threads: None,
+        keep_turns: Some(1),
+        keep_age: None,
+        runs_age: None,
+        batch: 100,
+    };
+    // The last run's pruning runs after its end was answered: wait for it.
+    app.eventually("the runs' ends prune the thread", || async {
+        estimate(&app, &policy).await.checkpoints == 0
+    })
+    .await;
+    // Without pruning the thread would hold three turns' worth of steps.
+    let kept = history(&app, &tid).await.len();
+    assert!(
+        kept < 3 * one_turn,
+        "{kept} checkpoints kept of three turns of {one_turn}"
+    );
+    assert_eq!(ids(&messages(&app, &tid).await), msgs);
 }
 
 async fn history(app: &TestApp, tid: &str) -> Vec<Value> {
