@@ -32,24 +32,15 @@ async fn long_pruned_thread_keeps_history_regenerate_and_branch(db: Db) {
 /// the test): after three turns the thread's step checkpoints of the first two are gone,
 /// pruned at the runs' ends, and its messages are the same as before.
 async fn a_runs_end_prunes_its_thread(db: Db) {
-    let mock = fawn_testkit::MockLlm::start_with(fawn_testkit::MockConfig::default())
-        .await
-        .unwrap();
-    let Some(app) = spawn_with(Spawn {
-        mock: Some(Arc::new(mock)),
-        lead_agent: true,
-        settings: Some(Box::new(|s| {
-            let cp = s.app.checkpointer.get_or_insert_with(Default::default);
-            cp.ttl = Some(Default::default());
-            cp.retention = Some(fawn_config::RetentionConfig {
-                keep_turns: Some(1),
-                ..Default::default()
-            });
-        })),
-        ..Spawn::new(db)
-    })
-    .await
-    else {
+    let keep_one_turn: SettingsTweak = Box::new(|s| {
+        let cp = s.app.checkpointer.get_or_insert_with(Default::default);
+        cp.ttl = Some(Default::default());
+        cp.retention = Some(fawn_config::RetentionConfig {
+            keep_turns: Some(1),
+            ..Default::default()
+        });
+    });
+    let Some(app) = lead_agent_app(db, Some(keep_one_turn)).await else {
         return;
     };
     let tid = app.create_thread().await;
@@ -79,6 +70,20 @@ async fn a_runs_end_prunes_its_thread(db: Db) {
         "{kept} checkpoints kept of three turns of {one_turn}"
     );
     assert_eq!(ids(&messages(&app, &tid).await), msgs);
+}
+
+/// A server running the lead agent over the default mock model.
+async fn lead_agent_app(db: Db, settings: Option<SettingsTweak>) -> Option<TestApp> {
+    let mock = fawn_testkit::MockLlm::start_with(fawn_testkit::MockConfig::default())
+        .await
+        .unwrap();
+    spawn_with(Spawn {
+        mock: Some(Arc::new(mock)),
+        lead_agent: true,
+        settings,
+        ..Spawn::new(db)
+    })
+    .await
 }
 
 async fn history(app: &TestApp, tid: &str) -> Vec<Value> {
@@ -141,16 +146,7 @@ async fn page(app: &TestApp, tid: &str) -> Value {
 /// `turns` turns, pruned to the newest one; then regenerate the latest answer and branch at
 /// the answer of turn `branch_at` (counted from 0).
 async fn prune_and_check(db: Db, turns: usize, branch_at: usize) {
-    let mock = fawn_testkit::MockLlm::start_with(fawn_testkit::MockConfig::default())
-        .await
-        .unwrap();
-    let Some(app) = spawn_with(Spawn {
-        mock: Some(Arc::new(mock)),
-        lead_agent: true,
-        ..Spawn::new(db)
-    })
-    .await
-    else {
+    let Some(app) = lead_agent_app(db, None).await else {
         return;
     };
     let tid = app.create_thread().await;
