@@ -306,18 +306,23 @@ pub async fn sweep(
 }
 
 fn record(r: &SweepReport) {
-    record_removed(&r.checkpoints, r.threads_removed, r.runs, r.run_events);
-}
-
-fn record_removed(c: &PruneOutcome, threads: u64, runs: u64, run_events: u64) {
     let m = fawn_telemetry::metrics();
     for (what, n) in [
-        ("threads", threads),
+        ("threads", r.threads_removed),
+        ("runs", r.runs),
+        ("run_events", r.run_events),
+    ] {
+        m.retention_removed.with_label_values(&[what]).inc_by(n);
+    }
+    record_pruned(&r.checkpoints);
+}
+
+fn record_pruned(c: &PruneOutcome) {
+    let m = fawn_telemetry::metrics();
+    for (what, n) in [
         ("checkpoints", c.deleted),
         ("rebased", c.rebased),
         ("materialized", c.materialized),
-        ("runs", runs),
-        ("run_events", run_events),
     ] {
         m.retention_removed.with_label_values(&[what]).inc_by(n);
     }
@@ -339,7 +344,7 @@ pub(crate) fn prune_after_run(rt: &RuntimeHandle, thread_id: &str) {
             Ok(out) => {
                 if out.deleted > 0 {
                     tracing::debug!(thread_id = %thread_id, deleted = out.deleted, "pruned after a run");
-                    record_removed(&out, 0, 0, 0);
+                    record_pruned(&out);
                 }
             }
             Err(e) => {

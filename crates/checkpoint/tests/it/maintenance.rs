@@ -1,7 +1,7 @@
 //! Keeping a database in shape: SQLite's WAL and freed pages handed back while idle, the
 //! guard against a database of a newer Fawn, and the operator commands (`admin`).
 
-use crate::support::{TestDb, conformance, obj, put_step, say};
+use crate::support::{TestDb, claimed_run, conformance, obj, put_step, say};
 use fawn_checkpoint::*;
 use fawn_state::ThreadState;
 use serde_json::json;
@@ -664,20 +664,16 @@ async fn values_packed_on_sqlite_and_text_rows_of_older_versions_read_the_same()
     let (thread, _) = burst(&*db, 6, 2000).await;
     let big = format!("m {}", "long words ".repeat(300));
     let kwargs = obj(json!({"input": {"messages": [{"role": "user", "content": big}]}}));
-    let run = db
-        .create_run(NewRun {
+    let run = claimed_run(
+        &*db,
+        NewRun {
             thread_id: thread.clone(),
             assistant_id: "asst".into(),
             kwargs,
             ..Default::default()
-        })
-        .await
-        .unwrap()
-        .run;
-    db.claim_run(&run.run_id, "w", std::time::Duration::from_secs(60))
-        .await
-        .unwrap()
-        .unwrap();
+        },
+    )
+    .await;
     let event = |text: &str| NewRunEvent {
         event_type: "llm.human.input".into(),
         category: "message".into(),

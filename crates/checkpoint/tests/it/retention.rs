@@ -396,21 +396,12 @@ async fn expiry_takes_finished_runs_only(db: Arc<dyn Persistence>) {
         metadata: Default::default(),
         created_at: Utc::now(),
     };
-    let lease = std::time::Duration::from_secs(60);
-    let done = db.create_run(new_run()).await.unwrap().run;
-    db.claim_run(&done.run_id, "w", lease)
-        .await
-        .unwrap()
-        .unwrap();
+    let done = claimed_run(&*db, new_run()).await;
     db.append_run_events(&thread, &done.run_id, vec![event("a"), event("b")])
         .await
         .unwrap();
     finish_success(&*db, &done.run_id).await;
-    let running = db.create_run(new_run()).await.unwrap().run;
-    db.claim_run(&running.run_id, "w", lease)
-        .await
-        .unwrap()
-        .unwrap();
+    let running = claimed_run(&*db, new_run()).await;
     db.append_run_events(&thread, &running.run_id, vec![event("c")])
         .await
         .unwrap();
@@ -500,19 +491,15 @@ async fn sweeps_can_visit_only_recently_updated_threads(db: Arc<dyn Persistence>
     assert!(listed(Some(newest)).await.contains(newest_id));
     assert!(listed(Some(later)).await.is_empty());
     // A run's end updates its thread, so the next sweep visits it again.
-    let run = db
-        .create_run(NewRun {
+    let run = claimed_run(
+        &*db,
+        NewRun {
             thread_id: a.thread_id.clone(),
             assistant_id: "asst".into(),
             ..Default::default()
-        })
-        .await
-        .unwrap()
-        .run;
-    db.claim_run(&run.run_id, "w", std::time::Duration::from_secs(60))
-        .await
-        .unwrap()
-        .unwrap();
+        },
+    )
+    .await;
     // Busy threads are not visited.
     assert!(listed(Some(later)).await.is_empty());
     finish_success(&*db, &run.run_id).await;

@@ -174,6 +174,19 @@ pub(crate) use conformance;
 
 // ----------------------------------------------------------------------------- helpers
 
+/// A new run, claimed by worker `w` (as an executing node holds it).
+pub async fn claimed_run(
+    db: &dyn Persistence,
+    new: fawn_checkpoint::NewRun,
+) -> fawn_checkpoint::Run {
+    let run = db.create_run(new).await.unwrap().run;
+    db.claim_run(&run.run_id, "w", std::time::Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    run
+}
+
 pub fn obj(v: Value) -> Map<String, Value> {
     match v {
         Value::Object(m) => m,
