@@ -29,6 +29,34 @@ pub struct Event {
     data: Data,
 }
 
+/// The stream modes' event names, allocated once: a run's log holds an event per token
+/// chunk, and each would otherwise carry its own copy of `messages`.
+static EVENT_NAMES: std::sync::LazyLock<[Arc<str>; 12]> = std::sync::LazyLock::new(|| {
+    [
+        "messages",
+        "values",
+        "updates",
+        "custom",
+        "events",
+        "metadata",
+        "messages/partial",
+        "messages/complete",
+        "messages/metadata",
+        "tasks",
+        "checkpoints",
+        "debug",
+    ]
+    .map(Arc::from)
+});
+
+/// `name` as a shared name when it is a stream mode's, else as given.
+fn event_name<N: AsRef<str> + Into<Arc<str>>>(name: N) -> Arc<str> {
+    match EVENT_NAMES.iter().find(|n| n.as_ref() == name.as_ref()) {
+        Some(shared) => shared.clone(),
+        None => name.into(),
+    }
+}
+
 /// An event's JSON line as kept in the log.
 #[derive(Debug)]
 enum Data {
@@ -340,14 +368,19 @@ impl RunLog {
     }
 
     /// Appends an event; returns its id.
-    pub fn publish(&self, name: impl Into<Arc<str>>, data: Bytes) -> u64 {
-        self.append(name.into(), Data::Whole(data))
+    pub fn publish<N: AsRef<str> + Into<Arc<str>>>(&self, name: N, data: Bytes) -> u64 {
+        self.append(event_name(name), Data::Whole(data))
     }
 
     /// Appends an event whose data is the JSON array `[first,second]`, keeping `second`
     /// shared (pass clones of one `Bytes` for a value many events repeat).
-    pub fn publish_pair(&self, name: impl Into<Arc<str>>, first: Bytes, second: Bytes) -> u64 {
-        self.append(name.into(), Data::Pair(first, second))
+    pub fn publish_pair<N: AsRef<str> + Into<Arc<str>>>(
+        &self,
+        name: N,
+        first: Bytes,
+        second: Bytes,
+    ) -> u64 {
+        self.append(event_name(name), Data::Pair(first, second))
     }
 
     /// Appends an event that another node's log numbered `id` (relayed by the event bus),
@@ -790,6 +823,10 @@ mod tests {
         for t in &texts {
             serde_json::from_str::<serde_json::Value>(t).unwrap();
         }
+        assert!(
+            Arc::ptr_eq(&events[0].name, &events[1].name),
+            "each event carries its own copy of the mode's name"
+        );
     }
 
     #[test]
@@ -813,6 +850,12 @@ mod tests {
         assert_eq!(ids(s.poll(100)), vec![2, 3]);
         log.close(None);
         assert!(matches!(s.poll(100), Next::Done));
+        let mut s = log.subscribe(Cursor::Start, ModeFilter::all());
+        let Next::Events(events) = s.poll(100) else {
+            panic!("expected events");
+        };
+        let names: Vec<&str> = events.iter().map(|e| &*e.name).collect();
+        assert_eq!(names, ["metadata", "values", "messages", "updates|sub:1"]);
     }
 
     #[test]

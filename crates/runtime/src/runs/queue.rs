@@ -212,22 +212,29 @@ pub fn submit(rt: &RuntimeHandle, run: &Run, after_seconds: f64) {
     q.spawn(async move {
         let lease = rt2.queue.cfg.lease;
         let run_id = created.run_id.clone();
-        match rt2
+        let claimed = match rt2
             .store
             .claim_run(&run_id, &rt2.queue.worker_id, lease)
             .await
         {
-            // Boxed: the run's future is large, and spawning moves (copies) whatever the
-            // spawned future holds several times over.
-            Ok(Some(run)) => Box::pin(execute(rt2, run, permit)).await,
-            Ok(None) => {
-                drop(permit);
-                follow_if_shared(&rt2, &created);
-                rt2.queue.note_pending();
-            }
+            Ok(claimed) => claimed,
             Err(e) => {
-                drop(permit);
                 tracing::warn!(%run_id, error = %e, "claiming a new run failed");
+                None
+            }
+        };
+        match claimed {
+            Some(run) => {
+                // The claimed row replaces the created one, which would otherwise be held
+                // (a second copy of the run's kwargs) for as long as the run executes.
+                drop(created);
+                drop(run_id);
+                // Boxed: the run's future is large, and spawning moves (copies) whatever
+                // the spawned future holds several times over.
+                Box::pin(execute(rt2, run, permit)).await
+            }
+            None => {
+                drop(permit);
                 follow_if_shared(&rt2, &created);
                 rt2.queue.note_pending();
             }
