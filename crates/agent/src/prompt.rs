@@ -113,6 +113,9 @@ pub fn lead_system_prompt(p: &LeadPromptInputs) -> String {
             s.push('\n');
         }
     }
+    // The graph keeps the prompt for the whole run; the capacity reserved above is more
+    // than most prompts use.
+    s.shrink_to_fit();
     s
 }
 
