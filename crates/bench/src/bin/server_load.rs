@@ -221,6 +221,9 @@ struct Server {
     _home: tempfile_dir::TempDir,
     /// The Postgres schema this server created (dropped by [`stop_server`]).
     pg_schema: Option<(String, String)>,
+    /// The Postgres server's postmaster, when it runs on this machine (its CPU is the
+    /// database's share of a run).
+    db_pid: Option<u32>,
 }
 
 impl Server {
@@ -231,6 +234,7 @@ impl Server {
             url: self.url.clone(),
             assistant: "lead_agent".to_string(),
             cpu: Cpu::Process(self.pid),
+            db: self.db_pid,
         }
     }
 }
@@ -316,17 +320,41 @@ async fn start_server_with(
         .spawn()
         .context("starting fawn serve")?;
     let pid = child.id();
+    let db_pid = match postgres {
+        Some(url) => postmaster_pid(url).await,
+        None => None,
+    };
     let server = Server {
         _proc: Proc { child },
         url: format!("http://127.0.0.1:{port}"),
         pid,
         _home: home,
         pg_schema,
+        db_pid,
     };
     wait_ok(&server.url, Duration::from_secs(30), || Ok(()))
         .await
         .context("the server did not start")?;
     Ok(server)
+}
+
+/// The PID of the Postgres server behind `url` when it runs on this machine: the parent
+/// of the backend serving a connection (Postgres forks a backend per connection from its
+/// postmaster). `None` when the database is elsewhere or the process cannot be read.
+async fn postmaster_pid(url: &str) -> Option<u32> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(url).await.ok()?;
+    let backend: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut conn)
+        .await
+        .ok()?;
+    let parent = stat_fields(u32::try_from(backend).ok()?)
+        .ok()?
+        .get(1)?
+        .parse::<u32>()
+        .ok();
+    let _ = conn.close().await;
+    parent
 }
 
 /// Polls `GET {url}/ok` until it answers 2xx, `alive` fails or `limit` passes.
@@ -529,6 +557,8 @@ struct Target {
     /// What runs name as `assistant_id` (a graph id works on both servers).
     assistant: String,
     cpu: Cpu,
+    /// The database server's process tree, when it is on this machine (Postgres).
+    db: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -697,6 +727,8 @@ struct LoadStats {
     elapsed: f64,
     /// Server CPU over the load, ms (`None`: no PID).
     server_cpu: Option<f64>,
+    /// The database server's CPU over the load, ms (Postgres on this machine).
+    db_cpu: Option<f64>,
     /// This benchmark's own CPU over the load, ms.
     client_cpu: f64,
     /// The mock LLM's CPU over the load, ms (when this benchmark started it).
@@ -736,6 +768,7 @@ impl LoadStats {
         self.errors += other.errors;
         self.elapsed += other.elapsed;
         self.server_cpu = self.server_cpu.zip(other.server_cpu).map(|(a, b)| a + b);
+        self.db_cpu = self.db_cpu.zip(other.db_cpu).map(|(a, b)| a + b);
         self.client_cpu += other.client_cpu;
         self.mock_cpu = self.mock_cpu.zip(other.mock_cpu).map(|(a, b)| a + b);
         self.others_cpu += other.others_cpu;
@@ -754,9 +787,15 @@ impl LoadStats {
                 pct(&mut self.firsts.clone(), 0.99)
             )
         };
-        let cpu = match self.server_cpu {
-            Some(ms) => format!("{:.2} ms/run", self.per_run(ms)),
-            None => "n/a (no PID)".to_string(),
+        let cpu = match (self.server_cpu, self.db_cpu) {
+            (Some(ms), Some(db)) => format!(
+                "{:.2} ms/run + db {:.2} = {:.2} ms/run",
+                self.per_run(ms),
+                self.per_run(db),
+                self.per_run(ms + db)
+            ),
+            (Some(ms), None) => format!("{:.2} ms/run", self.per_run(ms)),
+            (None, _) => "n/a (no PID)".to_string(),
         };
         // A target's line also says how busy the rest of the machine was.
         let (name, others) = if name.is_empty() {
@@ -797,6 +836,7 @@ async fn measure(
         one_iteration(&client, target, mode).await?;
     }
     let cpu0 = target.cpu.read()?;
+    let db0 = target.db.map(tree_cpu_ms).transpose()?;
     let client0 = cpu_ms(std::process::id())?;
     let mock0 = mock_pid.map(cpu_ms).transpose()?;
     let machine0 = machine_busy_ms()?;
@@ -838,20 +878,29 @@ async fn measure(
     }
     let elapsed = started.elapsed().as_secs_f64();
     let server_cpu = target.cpu.read()?.zip(cpu0).map(|(a, b)| a - b);
+    let db_cpu = match (target.db, db0) {
+        (Some(pid), Some(d0)) => Some(tree_cpu_ms(pid)? - d0),
+        _ => None,
+    };
     let client_cpu = cpu_ms(std::process::id())? - client0;
     let mock_cpu = match (mock_pid, mock0) {
         (Some(pid), Some(m0)) => Some(cpu_ms(pid)? - m0),
         _ => None,
     };
     let machine = machine_busy_ms()? - machine0;
-    let others_cpu =
-        (machine - server_cpu.unwrap_or(0.0) - client_cpu - mock_cpu.unwrap_or(0.0)).max(0.0);
+    let others_cpu = (machine
+        - server_cpu.unwrap_or(0.0)
+        - db_cpu.unwrap_or(0.0)
+        - client_cpu
+        - mock_cpu.unwrap_or(0.0))
+    .max(0.0);
     Ok(LoadStats {
         mode,
         concurrency,
         errors,
         elapsed,
         server_cpu,
+        db_cpu,
         client_cpu,
         mock_cpu,
         others_cpu,
@@ -1157,12 +1206,14 @@ async fn versus_official(script: &Path, mut plan: Plan) -> Result<()> {
             url: fawn.url.clone(),
             assistant: "lead_agent".to_string(),
             cpu: Cpu::Tree(fawn.pid),
+            db: None,
         },
         Target {
             name: "official".to_string(),
             url: official.url.clone(),
             assistant: "agent".to_string(),
             cpu: Cpu::Tree(official.pid),
+            db: None,
         },
     ];
     bench_targets(&targets, &plan).await?;
@@ -1253,12 +1304,14 @@ async fn tracing_cost(base: Option<PathBuf>, plan: Plan) -> Result<()> {
             url: plain.url.clone(),
             assistant: "lead_agent".to_string(),
             cpu: Cpu::Tree(plain.pid),
+            db: None,
         },
         Target {
             name: "fawn+otlp".to_string(),
             url: traced.url.clone(),
             assistant: "lead_agent".to_string(),
             cpu: Cpu::Tree(traced.pid),
+            db: None,
         },
     ];
     if let Some(b) = &based {
@@ -1267,6 +1320,7 @@ async fn tracing_cost(base: Option<PathBuf>, plan: Plan) -> Result<()> {
             url: b.url.clone(),
             assistant: "lead_agent".to_string(),
             cpu: Cpu::Tree(b.pid),
+            db: None,
         });
     }
     bench_targets(&targets, &plan).await?;
@@ -1415,6 +1469,7 @@ fn targets_of(a: &Args) -> Result<Vec<Target>> {
             url,
             assistant: "lead_agent".to_string(),
             cpu: pid.map_or(Cpu::Unknown, Cpu::Tree),
+            db: None,
         });
     }
     if let Some(pid) = a.target_pid {
