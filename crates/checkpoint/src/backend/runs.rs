@@ -7,7 +7,7 @@
 //! checkpoint) until the attempt bound, then fails them with `orphan_recovered`.
 
 use super::checkpoints::delete_run_checkpoints;
-use super::db::{Arg, DbErr, DbResult, Dialect, Sql, Tx, retry};
+use super::db::{Arg, Binds, DbErr, DbResult, Dialect, Sql, Tx, retry};
 use super::journal::append_in_sqlite_tx;
 use super::threads::{
     apply_summary, refresh_expiry, summary_config, summary_has_next, summary_values,
@@ -23,7 +23,7 @@ use crate::{FinishedWithJournal, JournalAppend, Result, RunStore, journal_then_f
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::json;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 /// LangGraph's text for `multitask_strategy: reject` on a busy thread.
@@ -482,6 +482,41 @@ impl SqlStore {
         })
     }
 
+    async fn heartbeat_many_once(
+        &self,
+        run_ids: &[String],
+        worker_id: &str,
+        lease: Duration,
+    ) -> DbResult<HashMap<String, Option<CancelAction>>> {
+        let mut owned = HashMap::new();
+        if run_ids.is_empty() {
+            return Ok(owned);
+        }
+        let mut b = Binds::new();
+        let until = b.push(Arg::ts(lease_until(ids::now(), lease)));
+        let owner = b.push(worker_id);
+        let mut list: Vec<String> = run_ids.iter().map(|id| b.push(id.as_str())).collect();
+        // Padded to a power of two with the last placeholder again, so the statement has a
+        // handful of texts rather than one per batch size (each is a cached statement).
+        if let Some(last) = list.last().cloned() {
+            list.resize(run_ids.len().next_power_of_two(), last);
+        }
+        let text = format!(
+            "UPDATE runs SET lease_expires_at = {until} WHERE owner = {owner} \
+             AND status = 'running' AND run_id IN ({}) RETURNING run_id, cancel_requested",
+            list.join(", ")
+        );
+        for row in self.db.write_all(Sql::dynamic(text, b.args)).await? {
+            let action = match row.opt_text("cancel_requested")?.as_deref() {
+                Some("interrupt") => Some(CancelAction::Interrupt),
+                Some("rollback") => Some(CancelAction::Rollback),
+                _ => None,
+            };
+            owned.insert(row.text("run_id")?, action);
+        }
+        Ok(owned)
+    }
+
     async fn finish_run_once(
         &self,
         run_id: &str,
@@ -924,6 +959,15 @@ impl RunStore for SqlStore {
         lease: Duration,
     ) -> Result<Option<CancelAction>> {
         retry!(self.heartbeat_once(run_id, worker_id, lease))
+    }
+
+    async fn heartbeat_many(
+        &self,
+        run_ids: &[String],
+        worker_id: &str,
+        lease: Duration,
+    ) -> Result<HashMap<String, Option<CancelAction>>> {
+        retry!(self.heartbeat_many_once(run_ids, worker_id, lease))
     }
 
     async fn finish_run(&self, run_id: &str, worker_id: &str, outcome: RunFinish) -> Result<Run> {

@@ -12,6 +12,7 @@ conformance!(store:
     claim_specific_run,
     concurrent_claimers_never_share_a_run,
     heartbeat_and_finish_need_the_owner,
+    heartbeat_many_renews_the_owned_runs_in_one_go,
     finish_records_the_thread_summary,
     reaper_requeues_then_gives_up,
     cancel_semantics,
@@ -415,6 +416,88 @@ async fn heartbeat_and_finish_need_the_owner(db: Arc<dyn Persistence>) {
         db.heartbeat(&run.run_id, "w", LEASE).await.unwrap_err(),
         StoreError::NotFound(_)
     ));
+}
+
+/// Three runs claimed by `w` (one with a cancel requested), one claimed by `other`, one
+/// pending and one finished: the batch renews and answers for `w`'s three only, each
+/// with its own cancellation, and extends exactly their leases.
+async fn heartbeat_many_renews_the_owned_runs_in_one_go(db: Arc<dyn Persistence>) {
+    let short = Duration::from_secs(1);
+    let mut mine = Vec::new();
+    for _ in 0..3 {
+        let t = thread(&db).await;
+        let run = db.create_run(new_run(&t)).await.unwrap().run;
+        let claimed = db
+            .claim_run(&run.run_id, "w", short)
+            .await
+            .unwrap()
+            .unwrap();
+        mine.push(claimed);
+    }
+    let t = thread(&db).await;
+    let theirs = db.create_run(new_run(&t)).await.unwrap().run;
+    let theirs = db
+        .claim_run(&theirs.run_id, "other", short)
+        .await
+        .unwrap()
+        .unwrap();
+    let t = thread(&db).await;
+    let done = db.create_run(new_run(&t)).await.unwrap().run;
+    db.claim_run(&done.run_id, "w", short)
+        .await
+        .unwrap()
+        .unwrap();
+    db.finish_run(&done.run_id, "w", success()).await.unwrap();
+    let t = thread(&db).await;
+    let pending = db.create_run(new_run(&t)).await.unwrap().run;
+    db.cancel_runs(
+        &CancelTarget::Runs {
+            thread_id: None,
+            run_ids: vec![mine[1].run_id.clone()],
+        },
+        CancelAction::Interrupt,
+    )
+    .await
+    .unwrap();
+
+    assert!(db.heartbeat_many(&[], "w", LEASE).await.unwrap().is_empty());
+    let asked: Vec<String> = mine
+        .iter()
+        .chain([&theirs, &done, &pending])
+        .map(|r| r.run_id.clone())
+        .collect();
+    let owned = db.heartbeat_many(&asked, "w", LEASE).await.unwrap();
+    let expected: HashMap<String, Option<CancelAction>> = [
+        (mine[0].run_id.clone(), None),
+        (mine[1].run_id.clone(), Some(CancelAction::Interrupt)),
+        (mine[2].run_id.clone(), None),
+    ]
+    .into();
+    assert_eq!(owned, expected);
+    for r in &mine {
+        let after = db.get_run(&r.run_id).await.unwrap().unwrap();
+        assert!(
+            after.lease_expires_at > r.lease_expires_at,
+            "the lease of {} was not extended",
+            r.run_id
+        );
+    }
+    let after = db.get_run(&theirs.run_id).await.unwrap().unwrap();
+    assert_eq!(
+        after.lease_expires_at, theirs.lease_expires_at,
+        "another worker's lease moved"
+    );
+    assert_eq!(after.owner.as_deref(), Some("other"));
+    // The same run twice in one batch (a padded statement repeats ids) is answered once.
+    let twice = vec![
+        mine[0].run_id.clone(),
+        mine[0].run_id.clone(),
+        mine[2].run_id.clone(),
+    ];
+    assert_eq!(
+        db.heartbeat_many(&twice, "w", LEASE).await.unwrap().len(),
+        2
+    );
 }
 
 async fn finish_records_the_thread_summary(db: Arc<dyn Persistence>) {

@@ -31,11 +31,7 @@ async fn heartbeat_loop(rt: RuntimeHandle, run_id: String, active: Arc<ActiveRun
     let period = (lease / 3).max(Duration::from_millis(50));
     loop {
         tokio::time::sleep(period).await;
-        match rt
-            .store
-            .heartbeat(&run_id, &rt.queue.worker_id, lease)
-            .await
-        {
+        match super::renew::renew_lease(&rt, &run_id).await {
             Ok(Some(action)) => {
                 if !active.token.is_cancelled() {
                     fawn_telemetry::metrics().bus_cancels.inc();

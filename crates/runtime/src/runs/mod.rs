@@ -1,7 +1,8 @@
 //! The run manager. The runs table is the queue: a run is claimed with a lease (in-process
 //! notify for immediate pickup, jittered polling for runs created by other processes),
 //! executed here through its graph's [`GraphRunner`], kept alive by heartbeats at lease/3
-//! (which also deliver cancellations requested by other processes), and finished with a
+//! (which also deliver cancellations requested by other processes; [`renew`] renews every
+//! run of the node in one statement per round), and finished with a
 //! terminal status written before its stream closes. A reaper returns runs whose worker died
 //! to the queue; they resume from their last checkpoint with `attempt` + 1.
 //!
@@ -17,6 +18,7 @@ mod cancel;
 mod execute;
 mod finish;
 mod queue;
+mod renew;
 
 pub use cancel::{cancel, delete_run, wait_terminal};
 pub use finish::{error_body, result_body, thread_result, wait_result};

@@ -107,6 +107,9 @@ pub struct Queue {
     pub(super) permits: Arc<Semaphore>,
     pub stopping: CancellationToken,
     pub(super) tasks: Mutex<JoinSet<()>>,
+    /// Where executing runs send their lease renewals (see [`super::renew`]); started by
+    /// the first renewal.
+    pub(super) renewals: Mutex<Option<tokio::sync::mpsc::UnboundedSender<super::renew::Renewal>>>,
 }
 
 impl std::fmt::Debug for Queue {
@@ -129,6 +132,7 @@ impl Queue {
             maybe_pending: std::sync::atomic::AtomicUsize::new(0),
             stopping: CancellationToken::new(),
             tasks: Mutex::new(JoinSet::new()),
+            renewals: Mutex::new(None),
         }
     }
 
