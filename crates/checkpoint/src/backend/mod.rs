@@ -350,7 +350,7 @@ pub(crate) fn cancel_action_str(a: CancelAction) -> &'static str {
     }
 }
 
-fn parse_cancel_action(s: &str) -> Option<CancelAction> {
+pub(crate) fn parse_cancel_action(s: &str) -> Option<CancelAction> {
     match s {
         "interrupt" => Some(CancelAction::Interrupt),
         "rollback" => Some(CancelAction::Rollback),

@@ -13,8 +13,8 @@ use super::threads::{
     apply_summary, refresh_expiry, summary_config, summary_has_next, summary_values,
 };
 use super::{
-    SqlStore, cancel_action_str, clamp_i64, lock_thread, refresh_thread_status, run_cols,
-    run_from_row, thread_not_found,
+    SqlStore, cancel_action_str, clamp_i64, lock_thread, parse_cancel_action,
+    refresh_thread_status, run_cols, run_from_row, thread_not_found,
 };
 use crate::ids::{self, new_uuid7, plus_seconds};
 use crate::journal::RunEvent;
@@ -475,11 +475,10 @@ impl SqlStore {
             )
             .await?
             .ok_or_else(|| not_owned(run_id, worker_id))?;
-        Ok(match row.opt_text("cancel_requested")?.as_deref() {
-            Some("interrupt") => Some(CancelAction::Interrupt),
-            Some("rollback") => Some(CancelAction::Rollback),
-            _ => None,
-        })
+        Ok(row
+            .opt_text("cancel_requested")?
+            .as_deref()
+            .and_then(parse_cancel_action))
     }
 
     async fn heartbeat_many_once(
@@ -507,11 +506,10 @@ impl SqlStore {
             list.join(", ")
         );
         for row in self.db.write_all(Sql::dynamic(text, b.args)).await? {
-            let action = match row.opt_text("cancel_requested")?.as_deref() {
-                Some("interrupt") => Some(CancelAction::Interrupt),
-                Some("rollback") => Some(CancelAction::Rollback),
-                _ => None,
-            };
+            let action = row
+                .opt_text("cancel_requested")?
+                .as_deref()
+                .and_then(parse_cancel_action);
             owned.insert(row.text("run_id")?, action);
         }
         Ok(owned)
