@@ -92,3 +92,83 @@ async fn renewer(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use fawn_checkpoint::{BackendConfig, CancelTarget, NewRun, NewThread};
+
+    async fn claimed(store: &Arc<dyn Persistence>, worker: &str) -> String {
+        let t = store.create_thread(NewThread::default()).await.unwrap();
+        let run = store
+            .create_run(NewRun {
+                thread_id: t.thread_id,
+                assistant_id: "a".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .run;
+        store
+            .claim_run(&run.run_id, worker, Duration::from_secs(5))
+            .await
+            .unwrap()
+            .unwrap();
+        run.run_id
+    }
+
+    /// Renewals sent together are answered each for its own run: a cancellation for the
+    /// run that has one, nothing for the others of this worker, `NotFound` for a run
+    /// another worker holds; and the renewer ends with its last sender.
+    #[tokio::test]
+    async fn each_renewal_of_a_batch_gets_its_own_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = fawn_checkpoint::open(&BackendConfig::Sqlite {
+            path: dir.path().join("fawn.db"),
+        })
+        .await
+        .unwrap();
+        let plain = claimed(&store, "w").await;
+        let cancelled = claimed(&store, "w").await;
+        let theirs = claimed(&store, "other").await;
+        store
+            .cancel_runs(
+                &CancelTarget::Runs {
+                    thread_id: None,
+                    run_ids: vec![cancelled.clone()],
+                },
+                CancelAction::Rollback,
+            )
+            .await
+            .unwrap();
+
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut answers = Vec::new();
+        // All three wait in the channel before the renewer first looks: one batch.
+        for id in [&plain, &cancelled, &theirs] {
+            let (reply, answer) = oneshot::channel();
+            tx.send((id.clone(), reply)).unwrap();
+            answers.push(answer);
+        }
+        let renewer = tokio::spawn(renewer(
+            Arc::downgrade(&store),
+            "w".into(),
+            Duration::from_secs(30),
+            rx,
+        ));
+        let mut got = Vec::new();
+        for a in answers {
+            got.push(a.await.unwrap());
+        }
+        assert_eq!(got[0], Ok(None));
+        assert_eq!(got[1], Ok(Some(CancelAction::Rollback)));
+        assert!(
+            matches!(got[2], Err(StoreError::NotFound(_))),
+            "{:?}",
+            got[2]
+        );
+        drop(tx);
+        renewer.await.unwrap();
+    }
+}
