@@ -239,27 +239,15 @@ pub trait RunStore: Send + Sync {
         worker_id: &str,
         lease: Duration,
     ) -> Result<Option<CancelAction>>;
-    /// [`RunStore::heartbeat`] for many runs of this worker at once: the runs it still
-    /// owns, each with the cancellation requested for it; a run missing from the answer
-    /// was lost (what `heartbeat` says with `Err(NotFound)`). The default asks run by run.
+    /// [`RunStore::heartbeat`] for many runs of this worker at once, in one statement: the
+    /// runs it still owns, each with the cancellation requested for it; a run missing from
+    /// the answer was lost (what `heartbeat` says with `Err(NotFound)`).
     async fn heartbeat_many(
         &self,
         run_ids: &[String],
         worker_id: &str,
         lease: Duration,
-    ) -> Result<std::collections::HashMap<String, Option<CancelAction>>> {
-        let mut owned = std::collections::HashMap::new();
-        for run_id in run_ids {
-            match self.heartbeat(run_id, worker_id, lease).await {
-                Ok(action) => {
-                    owned.insert(run_id.clone(), action);
-                }
-                Err(StoreError::NotFound(_)) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(owned)
-    }
+    ) -> Result<std::collections::HashMap<String, Option<CancelAction>>>;
     /// Records the terminal status of a run this worker owns and refreshes its thread's
     /// status. `Err(NotFound)` when the worker no longer owns it.
     async fn finish_run(&self, run_id: &str, worker_id: &str, outcome: RunFinish) -> Result<Run>;

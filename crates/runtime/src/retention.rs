@@ -306,24 +306,26 @@ pub async fn sweep(
 }
 
 fn record(r: &SweepReport) {
-    let m = fawn_telemetry::metrics();
-    for (what, n) in [
+    count_removed([
         ("threads", r.threads_removed),
         ("runs", r.runs),
         ("run_events", r.run_events),
-    ] {
-        m.retention_removed.with_label_values(&[what]).inc_by(n);
-    }
+    ]);
     record_pruned(&r.checkpoints);
 }
 
 fn record_pruned(c: &PruneOutcome) {
-    let m = fawn_telemetry::metrics();
-    for (what, n) in [
+    count_removed([
         ("checkpoints", c.deleted),
         ("rebased", c.rebased),
         ("materialized", c.materialized),
-    ] {
+    ]);
+}
+
+/// Adds to `fawn_retention_removed_total`, one count per `what`.
+fn count_removed(counts: [(&str, u64); 3]) {
+    let m = fawn_telemetry::metrics();
+    for (what, n) in counts {
         m.retention_removed.with_label_values(&[what]).inc_by(n);
     }
 }

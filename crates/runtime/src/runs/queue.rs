@@ -232,7 +232,6 @@ pub fn submit(rt: &RuntimeHandle, run: &Run, after_seconds: f64) {
                 // The claimed row replaces the created one, which would otherwise be held
                 // (a second copy of the run's kwargs) for as long as the run executes.
                 drop(created);
-                drop(run_id);
                 // Boxed: the run's future is large, and spawning moves (copies) whatever
                 // the spawned future holds several times over.
                 Box::pin(execute(rt2, run, permit)).await
