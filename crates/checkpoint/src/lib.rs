@@ -462,8 +462,9 @@ pub trait Persistence:
     /// that whoever sees the run finished finds them. The two results are those of the two
     /// calls made in turn: rows that cannot be written do not keep the run from finishing,
     /// and a run that can no longer be finished (another worker took it) still gets its
-    /// rows. SQLite writes both in one transaction (one commit instead of two) and falls
-    /// back to the two calls when that fails; Postgres makes the two calls.
+    /// rows. The SQL store writes both with one commit (SQLite: one transaction; Postgres:
+    /// one statement, for the journal's common case) and falls back to the two calls when
+    /// that cannot be done or fails.
     async fn finish_run_with_journal(
         &self,
         run_id: &str,

@@ -22,7 +22,7 @@ macro_rules! feedback_cols {
 }
 
 /// Rows per INSERT statement (8 parameters each, well under both databases' limits).
-const INSERT_CHUNK: usize = 400;
+pub(super) const INSERT_CHUNK: usize = 400;
 /// Tries of the one-statement append before the locking one.
 const FAST_ATTEMPTS: usize = 8;
 
@@ -100,6 +100,21 @@ fn fast_insert(
     may_start: bool,
 ) -> Sql {
     let mut b = Binds::new();
+    let (last, insert) = fast_insert_parts(&mut b, dialect, thread_id, run_id, events, may_start);
+    Sql::dynamic(format!("WITH last AS ({last}) {insert}"), b.args)
+}
+
+/// The two halves of [`fast_insert`], for statements that embed it (the run's end on
+/// Postgres): the query of the CTE named `last` (the thread's last `seq`), and the
+/// `INSERT … RETURNING seq` that reads it. The rows take consecutive seqs, in order.
+pub(super) fn fast_insert_parts(
+    b: &mut Binds,
+    dialect: Dialect,
+    thread_id: &str,
+    run_id: &str,
+    events: &[NewRunEvent],
+    may_start: bool,
+) -> (String, String) {
     let thread = b.push(thread_id);
     let run = b.push(run_id);
     let values: Vec<String> = events
@@ -126,20 +141,21 @@ fn fast_insert(
     } else {
         ("MAX(seq)", "last.seq IS NOT NULL".to_string())
     };
-    let sql = format!(
-        "WITH last AS (SELECT {last} AS seq FROM run_events WHERE thread_id = {thread}) \
-         INSERT INTO run_events ({cols}) \
-         SELECT {thread}, last.seq + v.column1, {run}, v.column2, v.column3, v.column4, \
-         v.column5, v.column6 FROM last, (VALUES {values}) AS v \
-         WHERE {cond} RETURNING seq",
-        cols = event_cols!(),
-        values = values.join(", "),
-    );
-    Sql::dynamic(sql, b.args)
+    (
+        format!("SELECT {last} AS seq FROM run_events WHERE thread_id = {thread}"),
+        format!(
+            "INSERT INTO run_events ({cols}) \
+             SELECT {thread}, last.seq + v.column1, {run}, v.column2, v.column3, v.column4, \
+             v.column5, v.column6 FROM last, (VALUES {values}) AS v \
+             WHERE {cond} RETURNING seq",
+            cols = event_cols!(),
+            values = values.join(", "),
+        ),
+    )
 }
 
 /// A row as stored (timestamps at the database's microsecond precision).
-fn stored_event(thread_id: &str, run_id: &str, seq: i64, e: &NewRunEvent) -> RunEvent {
+pub(super) fn stored_event(thread_id: &str, run_id: &str, seq: i64, e: &NewRunEvent) -> RunEvent {
     RunEvent {
         thread_id: thread_id.to_string(),
         run_id: run_id.to_string(),

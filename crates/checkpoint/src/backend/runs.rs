@@ -8,7 +8,7 @@
 
 use super::checkpoints::delete_run_checkpoints;
 use super::db::{Arg, Binds, DbErr, DbResult, Dialect, Sql, Tx, retry};
-use super::journal::append_in_sqlite_tx;
+use super::journal::{INSERT_CHUNK, append_in_sqlite_tx, fast_insert_parts, stored_event};
 use super::threads::{
     apply_summary, refresh_expiry, summary_config, summary_has_next, summary_values,
 };
@@ -176,6 +176,42 @@ async fn finish_in(
     let run = run_from_row(&row)?;
     apply_summary(tx, dialect, &run.thread_id, &outcome.thread, values, now).await?;
     Ok(run)
+}
+
+/// The call of `fawn_finish_run` (migration 0006) for this outcome, its arguments pushed
+/// to `b`.
+fn finish_call(
+    b: &mut Binds,
+    run_id: &str,
+    worker_id: &str,
+    outcome: &RunFinish,
+    now: DateTime<Utc>,
+) -> String {
+    let summary = &outcome.thread;
+    let args = [
+        b.push(run_id),
+        b.push(worker_id),
+        b.push(outcome.status.as_str()),
+        b.push(Arg::opt_json(outcome.error.as_ref())),
+        b.push(outcome.stop_reason.clone()),
+        b.push(Arg::ts(now)),
+        b.push(Arg::opt_json(summary.values.as_ref())),
+        b.push(Arg::json_map(&summary.interrupts)),
+        b.push(summary_has_next(summary)),
+        b.push(Arg::opt_json(summary.error.as_ref())),
+        b.push(Arg::json_map(&summary.metadata)),
+        b.push(summary_config(summary)),
+    ];
+    format!("fawn_finish_run({})", args.join(", "))
+}
+
+/// What the errors `fawn_finish_run` raises mean.
+fn finish_error(e: DbErr, run_id: &str, worker_id: &str) -> DbErr {
+    match e.pg_code().as_deref() {
+        Some("P0003") => not_owned(run_id, worker_id),
+        Some("P0002") => DbErr::not_found(format!("the thread of run {run_id} no longer exists")),
+        _ => e,
+    }
 }
 
 impl SqlStore {
@@ -549,14 +585,15 @@ impl SqlStore {
         Ok(run)
     }
 
-    /// [`Persistence::finish_run_with_journal`] on SQLite: one transaction, so one commit
-    /// (which writes every page it touched) where the journal append and the finish made
-    /// two, touching the thread's pages twice. Any failure falls back to the two calls in
-    /// turn, which is what Postgres always does (its finish is one call of a stored
-    /// function already), so the outcome of each part is the same as theirs: rows that
-    /// cannot be written are reported and the run finishes without them; a run this
-    /// worker no longer owns still gets its rows, as it did when the append committed
-    /// first.
+    /// [`Persistence::finish_run_with_journal`]: one commit where the journal append and
+    /// the finish made two. SQLite writes both in one transaction (its commit writes every
+    /// page it touched, and the two touched the thread's pages twice); Postgres sends one
+    /// statement (one round trip instead of two) when the journal's one-statement append
+    /// applies (up to [`INSERT_CHUNK`] rows after existing ones, or a first run's rows
+    /// without a seed). Anything else, and any failure, falls back to the two calls in
+    /// turn, so the outcome of each part is the same as theirs: rows that cannot be
+    /// written are reported and the run finishes without them; a run this worker no
+    /// longer owns still gets its rows, as it did when the append committed first.
     ///
     /// [`Persistence::finish_run_with_journal`]: crate::Persistence::finish_run_with_journal
     pub(super) async fn finish_with_journal(
@@ -568,19 +605,30 @@ impl SqlStore {
     ) -> FinishedWithJournal {
         let journal = match journal {
             Some(j)
-                if self.dialect() == Dialect::Sqlite
-                    && !j.events.is_empty()
-                    && !outcome.status.is_active() =>
+                if !j.events.is_empty()
+                    && !outcome.status.is_active()
+                    && (self.dialect() == Dialect::Sqlite || j.events.len() <= INSERT_CHUNK) =>
             {
                 j
             }
             other => return journal_then_finish(self, run_id, worker_id, outcome, other).await,
         };
-        match retry!(self.finish_with_journal_once(run_id, worker_id, &outcome, &journal)) {
-            Ok((run, rows)) => FinishedWithJournal {
+        let tried = match self.dialect() {
+            Dialect::Sqlite => {
+                retry!(self.finish_with_journal_once(run_id, worker_id, &outcome, &journal))
+                    .map(Some)
+            }
+            Dialect::Postgres => {
+                retry!(self.finish_with_journal_postgres(run_id, worker_id, &outcome, &journal))
+            }
+        };
+        match tried {
+            Ok(Some((run, rows))) => FinishedWithJournal {
                 run: Ok(run),
                 journal: Ok(rows),
             },
+            // Nothing was written (the append needs the general path).
+            Ok(None) => journal_then_finish(self, run_id, worker_id, outcome, Some(journal)).await,
             // Nothing of the transaction was kept: do it again as two writes, each
             // failing on its own.
             Err(e) => {
@@ -631,45 +679,67 @@ impl SqlStore {
         outcome: &RunFinish,
         now: DateTime<Utc>,
     ) -> DbResult<Run> {
-        let summary = &outcome.thread;
+        let mut b = Binds::new();
+        let call = finish_call(&mut b, run_id, worker_id, outcome, now);
+        let text = format!(concat!("SELECT ", run_cols!(), " FROM {}"), call);
         let rows = self
             .db
-            .write_all(
-                Sql::new(concat!(
-                    "SELECT ",
-                    run_cols!(),
-                    " FROM fawn_finish_run($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
-                ))
-                .bind(run_id)
-                .bind(worker_id)
-                .bind(outcome.status.as_str())
-                .arg(Arg::opt_json(outcome.error.as_ref()))
-                .bind(outcome.stop_reason.clone())
-                .arg(Arg::ts(now))
-                .arg(Arg::opt_json(summary.values.as_ref()))
-                .arg(Arg::json_map(&summary.interrupts))
-                .bind(summary_has_next(summary))
-                .arg(Arg::opt_json(summary.error.as_ref()))
-                .arg(Arg::json_map(&summary.metadata))
-                .arg(summary_config(summary)),
-            )
-            .await;
-        let rows = match rows {
-            Ok(rows) => rows,
-            Err(e) => {
-                return Err(match e.pg_code().as_deref() {
-                    Some("P0003") => not_owned(run_id, worker_id),
-                    Some("P0002") => {
-                        DbErr::not_found(format!("the thread of run {run_id} no longer exists"))
-                    }
-                    _ => e,
-                });
-            }
-        };
+            .write_all(Sql::dynamic(text, b.args))
+            .await
+            .map_err(|e| finish_error(e, run_id, worker_id))?;
         match rows.first() {
             Some(row) => run_from_row(row),
             None => Err(DbErr::corrupt("fawn_finish_run did not return the run")),
         }
+    }
+
+    /// One try of [`SqlStore::finish_with_journal`] on Postgres: one statement (one round
+    /// trip, one commit) whose first CTE is the journal's one-statement append and whose
+    /// query calls `fawn_finish_run` only when that append inserted its rows. `None` when
+    /// it did not (an empty journal to seed, a missing thread): nothing was written, and
+    /// the two calls do it. The rows took consecutive seqs from `journal_first`.
+    async fn finish_with_journal_postgres(
+        &self,
+        run_id: &str,
+        worker_id: &str,
+        outcome: &RunFinish,
+        journal: &JournalAppend<'_>,
+    ) -> DbResult<Option<(Run, Vec<RunEvent>)>> {
+        let mut b = Binds::new();
+        let (last, insert) = fast_insert_parts(
+            &mut b,
+            Dialect::Postgres,
+            journal.thread_id,
+            journal.run_id,
+            &journal.events,
+            journal.seed.is_none(),
+        );
+        let call = finish_call(&mut b, run_id, worker_id, outcome, ids::now());
+        // An uncorrelated EXISTS is a one-time filter: the function is not called at all
+        // when the append inserted nothing.
+        let text = format!(
+            concat!(
+                "WITH last AS ({}), ins AS ({}) SELECT ",
+                run_cols!(),
+                ", (SELECT MIN(seq) FROM ins) AS journal_first FROM {} ",
+                "WHERE EXISTS (SELECT 1 FROM ins)"
+            ),
+            last, insert, call
+        );
+        let rows = self
+            .db
+            .write_all(Sql::dynamic(text, b.args))
+            .await
+            .map_err(|e| finish_error(e, run_id, worker_id))?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let first = row.int("journal_first")?;
+        let stored = (first..)
+            .zip(&journal.events)
+            .map(|(seq, e)| stored_event(journal.thread_id, journal.run_id, seq, e))
+            .collect();
+        Ok(Some((run_from_row(row)?, stored)))
     }
 
     async fn release_run_once(&self, run_id: &str, worker_id: &str) -> DbResult<()> {
