@@ -459,13 +459,28 @@ pub struct NewRun {
     pub after_seconds: f64,
     /// Create the thread (with this metadata) if it does not exist.
     pub create_thread_if_missing: Option<JsonMap>,
+    /// Claim the run in the same write, as [`crate::RunStore::claim_run`] would, when it is
+    /// due at once and nothing else of its thread is pending or running: the creating node
+    /// has a free slot and saves a second write.
+    pub claim: Option<RunClaim>,
+}
+
+/// Who claims a new run at its creation ([`NewRun::claim`]), and for how long.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunClaim {
+    pub worker_id: String,
+    pub lease: std::time::Duration,
 }
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct CreatedRun {
+    /// The run as created (`pending`).
     pub run: Run,
     /// Runs that were pending/running on the thread when this one was created.
     pub inflight: Vec<Run>,
+    /// The run as claimed (`running`, its lease taken) when [`NewRun::claim`] asked and it
+    /// could be; `None` leaves it pending in the queue.
+    pub claimed: Option<Run>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -652,6 +652,7 @@ pub async fn prepare_run(
         },
         after_seconds,
         create_thread_if_missing: create_thread,
+        claim: None,
     };
     Ok(PreparedRun {
         new_run,
@@ -673,7 +674,13 @@ pub async fn commit_run(rt: &RuntimeHandle, p: PreparedRun) -> Result<CreatedRun
     if log.begin_attempt(1) {
         crate::runs::publish_metadata(&log, &run_id, &thread_id, 1);
     }
-    let created = match rt.store.create_run(p.new_run).await {
+    // A free slot here lets the creation claim the run in the same write.
+    let mut new_run = p.new_run;
+    let slot = crate::runs::reserve(rt, p.after_seconds).map(|(permit, claim)| {
+        new_run.claim = Some(claim);
+        permit
+    });
+    let created = match rt.store.create_run(new_run).await {
         Ok(c) => c,
         Err(e) => {
             rt.broker.remove(&run_id);
@@ -716,7 +723,7 @@ pub async fn commit_run(rt: &RuntimeHandle, p: PreparedRun) -> Result<CreatedRun
     }
     fawn_telemetry::metrics().runs_created.inc();
     log.time_first_event();
-    crate::runs::submit(rt, &created.run, p.after_seconds);
+    crate::runs::submit(rt, &created.run, p.after_seconds, created.claimed.zip(slot));
     Ok(CreatedRun {
         run: created.run,
         resumable: p.resumable,

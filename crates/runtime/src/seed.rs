@@ -62,6 +62,7 @@ pub async fn seed_finished_runs(
                 multitask_strategy: MultitaskStrategy::Enqueue,
                 after_seconds: NEVER_SECONDS,
                 create_thread_if_missing: Some(thread_meta.clone()),
+                claim: None,
             })
             .await
             .map_err(|e| RuntimeError::store("seeding a run", e))?;

@@ -811,6 +811,11 @@ fn migrator(dialect: Dialect) -> Migrator {
                 "threads by branch parent",
                 include_str!("../../../../migrations/postgres/0013_threads_branch_parent.sql"),
             ),
+            (
+                14,
+                "create run with claim",
+                include_str!("../../../../migrations/postgres/0014_create_run_claim.sql"),
+            ),
         ],
     };
     Migrator::with_migrations(
@@ -1402,7 +1407,7 @@ mod tests {
     #[test]
     fn latest_migrations() {
         assert_eq!(latest_migration(Dialect::Sqlite), 11);
-        assert_eq!(latest_migration(Dialect::Postgres), 13);
+        assert_eq!(latest_migration(Dialect::Postgres), 14);
         assert!(refuse_newer(Dialect::Sqlite, Some((11, "x".into()))).is_ok());
         assert!(refuse_newer(Dialect::Sqlite, None).is_ok());
         let e = refuse_newer(Dialect::Sqlite, Some((12, "next".into())))

@@ -304,15 +304,31 @@ impl SqlStore {
             Err(e) => return Err(e),
         };
         let created = run_from_row(&row)?;
+        let claimed = match &run.claim {
+            Some(claim) if inflight.is_empty() && run.after_seconds <= 0.0 => tx
+                .opt(
+                    Sql::new(CLAIM_ONE)
+                        .bind(claim.worker_id.as_str())
+                        .arg(Arg::ts(lease_until(now, claim.lease)))
+                        .arg(Arg::ts(now))
+                        .bind(run_id),
+                )
+                .await?
+                .as_ref()
+                .map(run_from_row)
+                .transpose()?,
+            _ => None,
+        };
         tx.commit().await?;
         Ok(CreatedRun {
             run: created,
             inflight,
+            claimed,
         })
     }
 
     /// [`SqlStore::create_run_once`] on Postgres: the same steps in one round trip, through
-    /// the function of `migrations/postgres/0004_create_run_function.sql`.
+    /// the function of `migrations/postgres/0014_create_run_claim.sql`.
     async fn create_run_postgres(
         &self,
         run: &NewRun,
@@ -326,7 +342,7 @@ impl SqlStore {
                     Sql::new(concat!(
                         "SELECT ",
                         run_cols!(),
-                        " FROM fawn_create_run($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+                        " FROM fawn_create_run($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
                     )),
                     run,
                     run_id,
@@ -338,7 +354,11 @@ impl SqlStore {
                     run.create_thread_if_missing
                         .as_ref()
                         .map_or(Arg::Json(None), Arg::json_map),
-                ),
+                )
+                .arg(Arg::Text(run.claim.as_ref().map(|c| c.worker_id.clone())))
+                .arg(Arg::opt_ts(
+                    run.claim.as_ref().map(|c| lease_until(now, c.lease)),
+                )),
             )
             .await;
         let rows = match rows {
@@ -360,10 +380,16 @@ impl SqlStore {
             .iter()
             .map(run_from_row)
             .collect::<DbResult<Vec<Run>>>()?;
+        // The in-flight runs, the new run as inserted, then (claimed) as updated.
+        let claimed = match runs.last() {
+            Some(last) if last.run_id == run_id && last.status == RunStatus::Running => runs.pop(),
+            _ => None,
+        };
         match runs.pop() {
             Some(created) if created.run_id == run_id => Ok(CreatedRun {
                 run: created,
                 inflight: runs,
+                claimed,
             }),
             _ => Err(DbErr::corrupt("fawn_create_run did not return the new run")),
         }

@@ -10,6 +10,7 @@ conformance!(store:
     multitask_strategies,
     claim_is_fifo_per_thread_and_one_running_per_thread,
     claim_specific_run,
+    claim_at_creation,
     concurrent_claimers_never_share_a_run,
     heartbeat_and_finish_need_the_owner,
     heartbeat_many_renews_the_owned_runs_in_one_go,
@@ -284,6 +285,118 @@ async fn claim_specific_run(db: Arc<dyn Persistence>) {
         "taken"
     );
     assert_eq!(db.claim_run(&new_id(), "w", LEASE).await.unwrap(), None);
+}
+
+async fn claim_at_creation(db: Arc<dyn Persistence>) {
+    let claim = || {
+        Some(RunClaim {
+            worker_id: "w".into(),
+            lease: LEASE,
+        })
+    };
+    // A free thread (created with the run, even): claimed in the same write.
+    let a = new_id();
+    let before = chrono::Utc::now();
+    let created = db
+        .create_run(NewRun {
+            claim: claim(),
+            create_thread_if_missing: Some(JsonMap::new()),
+            ..new_run(&a)
+        })
+        .await
+        .unwrap();
+    let run = created.run;
+    assert_eq!(
+        (run.status, run.attempt, run.owner),
+        (RunStatus::Pending, 0, None)
+    );
+    let claimed = created.claimed.expect("claimed at creation");
+    assert_eq!(claimed.run_id, run.run_id);
+    assert_eq!(claimed.status, RunStatus::Running);
+    assert_eq!(claimed.attempt, 1);
+    assert_eq!(claimed.owner.as_deref(), Some("w"));
+    let until = claimed.lease_expires_at.unwrap();
+    assert!(until >= before + chrono::Duration::seconds(29), "{until}");
+    assert_eq!(
+        db.get_run(&run.run_id).await.unwrap().as_ref(),
+        Some(&claimed)
+    );
+    assert_eq!(status_of(&db, &a).await, ThreadStatus::Busy);
+    // It is this worker's run like any claimed one: renewed, finished, not claimable.
+    assert_eq!(db.heartbeat(&run.run_id, "w", LEASE).await.unwrap(), None);
+    assert_eq!(db.claim_next_run("w2", LEASE).await.unwrap(), None);
+
+    // A busy thread: the new run waits behind the running one, unclaimed.
+    let queued = db
+        .create_run(NewRun {
+            claim: claim(),
+            ..new_run(&a)
+        })
+        .await
+        .unwrap();
+    assert_eq!(queued.claimed, None);
+    let inflight: Vec<_> = queued
+        .inflight
+        .iter()
+        .map(|r| (r.run_id.as_str(), r.status))
+        .collect();
+    assert_eq!(
+        inflight,
+        vec![(claimed.run_id.as_str(), RunStatus::Running)]
+    );
+    assert_eq!(queued.run.status, RunStatus::Pending);
+    db.finish_run(&run.run_id, "w", success()).await.unwrap();
+    let next = db.claim_next_run("w2", LEASE).await.unwrap().unwrap();
+    assert_eq!(next.run_id, queued.run.run_id, "the queue takes it after");
+    db.finish_run(&next.run_id, "w2", success()).await.unwrap();
+
+    // A delayed run is not claimed before it is due; no claim asked, none made.
+    let delayed = db
+        .create_run(NewRun {
+            claim: claim(),
+            after_seconds: 60.0,
+            ..new_run(&a)
+        })
+        .await
+        .unwrap();
+    assert_eq!(delayed.claimed, None);
+    let b = thread(&db).await;
+    let plain = db.create_run(new_run(&b)).await.unwrap();
+    assert_eq!(plain.claimed, None);
+    assert_eq!(
+        db.get_run(&plain.run.run_id).await.unwrap().unwrap().status,
+        RunStatus::Pending
+    );
+
+    // Refused creations claim nothing.
+    let c = thread(&db).await;
+    let first = db.create_run(new_run(&c)).await.unwrap().run;
+    let refused = db
+        .create_run(NewRun {
+            claim: claim(),
+            multitask_strategy: MultitaskStrategy::Reject,
+            ..new_run(&c)
+        })
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::Conflict(_))),
+        "{refused:?}"
+    );
+    let runs = db
+        .list_runs(
+            &c,
+            &RunQuery {
+                limit: 10,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(
+        (&runs[0].run_id, runs[0].status),
+        (&first.run_id, RunStatus::Pending)
+    );
 }
 
 async fn concurrent_claimers_never_share_a_run(db: Arc<dyn Persistence>) {

@@ -29,7 +29,9 @@ pub use queue::{
 // run (the compiler enforces it).
 pub(crate) use cancel::follow_signals;
 pub(crate) use execute::publish_metadata;
-pub(crate) use queue::{Queue, dispatcher, reap, reaper, relay_remote_run, shutdown, submit};
+pub(crate) use queue::{
+    Queue, dispatcher, reap, reaper, relay_remote_run, reserve, shutdown, submit,
+};
 
 use crate::broker::RunLog;
 use crate::kwargs::RunKwargs;

@@ -6,11 +6,11 @@ use super::execute::execute;
 use super::{ActiveRun, StopReason, lock};
 use crate::broker::RunLog;
 use crate::runtime::RuntimeHandle;
-use fawn_checkpoint::{CancelAction, Run};
+use fawn_checkpoint::{CancelAction, Run, RunClaim};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -189,15 +189,47 @@ fn follow_if_shared(rt: &RuntimeHandle, run: &Run) {
     }
 }
 
-/// Hands a freshly created run to the queue: claimed and executed here at once when it is
-/// due and its thread is free, otherwise left for the dispatcher (of any node).
-pub fn submit(rt: &RuntimeHandle, run: &Run, after_seconds: f64) {
+/// A slot to execute a run being created here at once, when it is due now and this node
+/// has one free: its creation then claims it in the same write ([`NewRun::claim`]).
+///
+/// [`NewRun::claim`]: fawn_checkpoint::NewRun::claim
+pub fn reserve(rt: &RuntimeHandle, after_seconds: f64) -> Option<(OwnedSemaphorePermit, RunClaim)> {
     let q = &rt.queue;
+    if after_seconds > 0.0 || q.stopping.is_cancelled() {
+        return None;
+    }
+    let permit = q.permits.clone().try_acquire_owned().ok()?;
+    Some((
+        permit,
+        RunClaim {
+            worker_id: q.worker_id.clone(),
+            lease: q.cfg.lease,
+        },
+    ))
+}
+
+/// Hands a freshly created run to the queue: executed here at once when its creation
+/// claimed it (with the slot [`reserve`]d for it), otherwise left for the dispatcher (of
+/// any node) — at once when the node was full or its thread busy, after its delay when it
+/// has one.
+pub fn submit(
+    rt: &RuntimeHandle,
+    run: &Run,
+    after_seconds: f64,
+    claimed: Option<(Run, OwnedSemaphorePermit)>,
+) {
+    let q = &rt.queue;
+    if let Some((run, permit)) = claimed {
+        // Boxed: the run's future is large, and spawning moves (copies) whatever the
+        // spawned future holds several times over.
+        q.spawn(Box::pin(execute(rt.clone(), run, permit)));
+        return;
+    }
     if q.stopping.is_cancelled() {
         return;
     }
+    follow_if_shared(rt, run);
     if after_seconds > 0.0 {
-        follow_if_shared(rt, run);
         let rt2 = rt.clone();
         let delay = Duration::from_secs_f64(after_seconds);
         q.spawn(async move {
@@ -206,43 +238,7 @@ pub fn submit(rt: &RuntimeHandle, run: &Run, after_seconds: f64) {
         });
         return;
     }
-    let Ok(permit) = q.permits.clone().try_acquire_owned() else {
-        follow_if_shared(rt, run);
-        q.note_pending();
-        return;
-    };
-    let rt2 = rt.clone();
-    let created = run.clone();
-    q.spawn(async move {
-        let lease = rt2.queue.cfg.lease;
-        let run_id = created.run_id.clone();
-        let claimed = match rt2
-            .store
-            .claim_run(&run_id, &rt2.queue.worker_id, lease)
-            .await
-        {
-            Ok(claimed) => claimed,
-            Err(e) => {
-                tracing::warn!(%run_id, error = %e, "claiming a new run failed");
-                None
-            }
-        };
-        match claimed {
-            Some(run) => {
-                // The claimed row replaces the created one, which would otherwise be held
-                // (a second copy of the run's kwargs) for as long as the run executes.
-                drop(created);
-                // Boxed: the run's future is large, and spawning moves (copies) whatever
-                // the spawned future holds several times over.
-                Box::pin(execute(rt2, run, permit)).await
-            }
-            None => {
-                drop(permit);
-                follow_if_shared(&rt2, &created);
-                rt2.queue.note_pending();
-            }
-        }
-    });
+    q.note_pending();
 }
 
 /// Claims due runs while there is capacity. Runs until the queue stops.
