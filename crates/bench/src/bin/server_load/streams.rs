@@ -10,7 +10,8 @@
 //! Reported: runs and errors (an HTTP error, a broken stream, an `error` event, or a run
 //! with fewer chunks than the mock sent), the peak of streams open at once, the server's
 //! peak RSS (sampled every 200 ms) and its CPU, the first event's latency (request sent →
-//! first SSE event) and the chunk delay: the gap between consecutive token chunks of a run
+//! first SSE event), the first token's (request sent → first token chunk: the run started
+//! and reached the model) and the chunk delay: the gap between consecutive token chunks of a run
 //! minus the mock's interval, all as percentiles. The mock's and this client's CPU are
 //! printed too: on a small machine they share the cores with the server.
 
@@ -85,6 +86,8 @@ fn start_slow_mock(chunk_ms: u64) -> Result<(Proc, String)> {
 #[derive(Default)]
 struct RunSample {
     first_event_ms: Option<f64>,
+    /// Request sent → first token chunk (the run started and its model answered).
+    first_token_ms: Option<f64>,
     /// Gaps between consecutive token chunks minus the mock's interval, ms.
     chunk_delays_ms: Vec<f64>,
     chunks: usize,
@@ -141,6 +144,9 @@ async fn read_events(r: reqwest::Response, sent: Instant, chunk_ms: f64) -> Resu
                 && !event.windows(12).any(|w| w == br#""content":"""#)
             {
                 sample.chunks += 1;
+                if sample.first_token_ms.is_none() {
+                    sample.first_token_ms = Some(at.duration_since(sent).as_secs_f64() * 1000.0);
+                }
                 if let Some(prev) = last_chunk {
                     let gap = at.duration_since(prev).as_secs_f64() * 1000.0;
                     sample.chunk_delays_ms.push((gap - chunk_ms).max(0.0));
@@ -259,6 +265,7 @@ pub async fn run(plan: StreamPlan) -> Result<()> {
         });
     }
     let mut firsts = Vec::new();
+    let mut tokens = Vec::new();
     let mut delays = Vec::new();
     let mut errors: Vec<String> = Vec::new();
     let mut runs = 0usize;
@@ -267,6 +274,7 @@ pub async fn run(plan: StreamPlan) -> Result<()> {
         runs += samples.len() + errs.len();
         for s in samples {
             firsts.extend(s.first_event_ms);
+            tokens.extend(s.first_token_ms);
             delays.extend(s.chunk_delays_ms);
         }
         errors.extend(errs);
@@ -295,6 +303,12 @@ pub async fn run(plan: StreamPlan) -> Result<()> {
         pct(&mut firsts, 0.99),
         pct(&mut firsts, 1.0),
         firsts.len()
+    );
+    println!(
+        "   first token p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms",
+        pct(&mut tokens, 0.5),
+        pct(&mut tokens, 0.99),
+        pct(&mut tokens, 1.0),
     );
     println!(
         "   chunk delay above the mock's {} ms: p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms ({} gaps)",
