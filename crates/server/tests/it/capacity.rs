@@ -16,6 +16,7 @@ async fn background_run(app: &TestApp, text: &str) -> (String, String) {
         )
         .await;
     assert_eq!(s, 200, "{run}");
+    assert_eq!(run["status"], "pending", "the run as created: {run}");
     (tid, run["run_id"].as_str().unwrap().to_string())
 }
 
@@ -42,6 +43,9 @@ async fn a_full_node_leaves_new_runs_pending(db: Db) {
     let mut first = app.hooks().pause(Point::Claimed, 1);
     let mut second = app.hooks().pause(Point::Claimed, 2);
     let (t1, r1) = background_run(&app, "one").await;
+    // A free slot: the write that created the run claimed it, so it is running as soon as
+    // its creation has answered (no claim of its own follows).
+    assert_eq!(status(&app, &t1, &r1).await, "running");
     let (t2, r2) = background_run(&app, "two").await;
     let held = [first.reached().await, second.reached().await];
     assert!(held.contains(&r1) && held.contains(&r2), "{held:?}");
