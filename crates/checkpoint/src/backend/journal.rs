@@ -155,15 +155,21 @@ pub(super) fn fast_insert_parts(
 }
 
 /// A row as stored (timestamps at the database's microsecond precision).
-pub(super) fn stored_event(thread_id: &str, run_id: &str, seq: i64, e: &NewRunEvent) -> RunEvent {
+fn stored_event(thread_id: &str, run_id: &str, seq: i64, e: &NewRunEvent) -> RunEvent {
+    into_stored(thread_id, run_id, seq, e.clone())
+}
+
+/// [`stored_event`] taking the event, for a caller that no longer needs it (its content
+/// and metadata move instead of being copied).
+pub(super) fn into_stored(thread_id: &str, run_id: &str, seq: i64, e: NewRunEvent) -> RunEvent {
     RunEvent {
         thread_id: thread_id.to_string(),
         run_id: run_id.to_string(),
         seq,
-        event_type: e.event_type.clone(),
-        category: e.category.clone(),
-        content: e.content.clone(),
-        metadata: e.metadata.clone(),
+        event_type: e.event_type,
+        category: e.category,
+        content: e.content,
+        metadata: e.metadata,
         created_at: ids::from_micros(ids::to_micros(e.created_at)),
     }
 }

@@ -8,7 +8,7 @@
 
 use super::checkpoints::delete_run_checkpoints;
 use super::db::{Arg, Binds, DbErr, DbResult, Dialect, Sql, Tx, retry};
-use super::journal::{INSERT_CHUNK, append_in_sqlite_tx, fast_insert_parts, stored_event};
+use super::journal::{INSERT_CHUNK, append_in_sqlite_tx, fast_insert_parts, into_stored};
 use super::threads::{
     apply_summary, refresh_expiry, summary_config, summary_has_next, summary_values,
 };
@@ -176,6 +176,13 @@ async fn finish_in(
     let run = run_from_row(&row)?;
     apply_summary(tx, dialect, &run.thread_id, &outcome.thread, values, now).await?;
     Ok(run)
+}
+
+/// The journal rows a one-commit finish wrote: as read back (SQLite), or from the first
+/// seq they took (Postgres), the rows then built from the events themselves.
+enum Journaled {
+    Rows(Vec<RunEvent>),
+    From(i64),
 }
 
 /// The call of `fawn_finish_run` (migration 0006) for this outcome, its arguments pushed
@@ -642,16 +649,24 @@ impl SqlStore {
         let tried = match self.dialect() {
             Dialect::Sqlite => {
                 retry!(self.finish_with_journal_once(run_id, worker_id, &outcome, &journal))
-                    .map(Some)
+                    .map(|(run, rows)| Some((run, Journaled::Rows(rows))))
             }
             Dialect::Postgres => {
                 retry!(self.finish_with_journal_postgres(run_id, worker_id, &outcome, &journal))
+                    .map(|done| done.map(|(run, first)| (run, Journaled::From(first))))
             }
         };
         match tried {
-            Ok(Some((run, rows))) => FinishedWithJournal {
+            Ok(Some((run, journaled))) => FinishedWithJournal {
                 run: Ok(run),
-                journal: Ok(rows),
+                journal: Ok(match journaled {
+                    Journaled::Rows(rows) => rows,
+                    // Consecutive seqs, in order; the events move into the rows.
+                    Journaled::From(first) => (first..)
+                        .zip(journal.events)
+                        .map(|(seq, e)| into_stored(journal.thread_id, journal.run_id, seq, e))
+                        .collect(),
+                }),
             },
             // Nothing was written (the append needs the general path).
             Ok(None) => journal_then_finish(self, run_id, worker_id, outcome, Some(journal)).await,
@@ -723,14 +738,15 @@ impl SqlStore {
     /// trip, one commit) whose first CTE is the journal's one-statement append and whose
     /// query calls `fawn_finish_run` only when that append inserted its rows. `None` when
     /// it did not (an empty journal to seed, a missing thread): nothing was written, and
-    /// the two calls do it. The rows took consecutive seqs from `journal_first`.
+    /// the two calls do it. Else the run and the first seq its rows took (they took
+    /// consecutive seqs, in order).
     async fn finish_with_journal_postgres(
         &self,
         run_id: &str,
         worker_id: &str,
         outcome: &RunFinish,
         journal: &JournalAppend<'_>,
-    ) -> DbResult<Option<(Run, Vec<RunEvent>)>> {
+    ) -> DbResult<Option<(Run, i64)>> {
         let mut b = Binds::new();
         let (last, insert) = fast_insert_parts(
             &mut b,
@@ -760,12 +776,7 @@ impl SqlStore {
         let Some(row) = rows.first() else {
             return Ok(None);
         };
-        let first = row.int("journal_first")?;
-        let stored = (first..)
-            .zip(&journal.events)
-            .map(|(seq, e)| stored_event(journal.thread_id, journal.run_id, seq, e))
-            .collect();
-        Ok(Some((run_from_row(row)?, stored)))
+        Ok(Some((run_from_row(row)?, row.int("journal_first")?)))
     }
 
     async fn release_run_once(&self, run_id: &str, worker_id: &str) -> DbResult<()> {
