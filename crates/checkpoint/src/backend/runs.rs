@@ -86,6 +86,15 @@ fn lease_until(now: DateTime<Utc>, lease: Duration) -> DateTime<Utc> {
     plus_seconds(now, lease.as_secs_f64())
 }
 
+/// [`CLAIM_ONE`] of `run_id` for `worker_id`, leased from `now`.
+fn claim_one(run_id: &str, worker_id: &str, lease: Duration, now: DateTime<Utc>) -> Sql {
+    Sql::new(CLAIM_ONE)
+        .bind(worker_id)
+        .arg(Arg::ts(lease_until(now, lease)))
+        .arg(Arg::ts(now))
+        .bind(run_id)
+}
+
 fn not_owned(run_id: &str, worker_id: &str) -> DbErr {
     DbErr::not_found(format!("Run {run_id} is not running on worker {worker_id}"))
 }
@@ -313,13 +322,7 @@ impl SqlStore {
         let created = run_from_row(&row)?;
         let claimed = match &run.claim {
             Some(claim) if inflight.is_empty() && run.after_seconds <= 0.0 => tx
-                .opt(
-                    Sql::new(CLAIM_ONE)
-                        .bind(claim.worker_id.as_str())
-                        .arg(Arg::ts(lease_until(now, claim.lease)))
-                        .arg(Arg::ts(now))
-                        .bind(run_id),
-                )
+                .opt(claim_one(run_id, &claim.worker_id, claim.lease, now))
                 .await?
                 .as_ref()
                 .map(run_from_row)
@@ -512,13 +515,11 @@ impl SqlStore {
         worker_id: &str,
         lease: Duration,
     ) -> DbResult<Option<Run>> {
-        let now = ids::now();
-        let sql = Sql::new(CLAIM_ONE)
-            .bind(worker_id)
-            .arg(Arg::ts(lease_until(now, lease)))
-            .arg(Arg::ts(now))
-            .bind(run_id);
-        match self.db.write_opt(sql).await {
+        match self
+            .db
+            .write_opt(claim_one(run_id, worker_id, lease, ids::now()))
+            .await
+        {
             Ok(row) => row.as_ref().map(run_from_row).transpose(),
             Err(e) if e.is_unique_violation() => Ok(None),
             Err(e) => Err(e),
