@@ -30,7 +30,9 @@ pub use error::HttpError;
 pub use gemini::Gemini;
 pub use ollama::Ollama;
 pub use openai::OpenAiCompatible;
-pub use registry::{ProviderOptions, build_model, supported_use_values, validate_models};
+pub use registry::{
+    ProviderOptions, build_model, model_http_builder, supported_use_values, validate_models,
+};
 pub use retry::{RetryEvent, RetryObserver, RetryPolicy};
 pub use settings::{DEFAULT_STREAM_CHUNK_TIMEOUT, DEFAULT_TIMEOUT};
 pub use tokens::{estimate_message_tokens, estimate_text_tokens, estimate_tokens};

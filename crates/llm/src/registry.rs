@@ -203,14 +203,28 @@ impl std::fmt::Debug for ProviderOptions {
     }
 }
 
-/// A shared HTTP client for model calls (connection pooling, `TCP_NODELAY`).
+/// The shared HTTP client for model calls: pooled connections, `TCP_NODELAY`, HTTP/1.1.
 pub fn default_http_client() -> Result<reqwest::Client, String> {
+    model_http_builder()
+        .build()
+        .map_err(|e| format!("could not build the HTTP client: {e}"))
+}
+
+/// How [`default_http_client`] is configured, for callers that add to it (a test's root
+/// certificate).
+///
+/// HTTP/1.1 only, one pooled connection per model call in flight. Offered HTTP/2 (TLS
+/// ALPN), a provider behind a CDN would carry every call of the process on one
+/// connection, and the client never opens a second one when that connection's
+/// `SETTINGS_MAX_CONCURRENT_STREAMS` (often 100 to 256) is reached: the calls past it
+/// would wait for a free stream however many runs the node executes at once. The Python
+/// stack Fawn replaces (the OpenAI and Anthropic SDKs over httpx) speaks HTTP/1.1 too.
+pub fn model_http_builder() -> reqwest::ClientBuilder {
     fawn_net::client_builder()
+        .http1_only()
         .connect_timeout(Duration::from_secs(30))
         .tcp_nodelay(true)
         .pool_idle_timeout(Duration::from_secs(90))
-        .build()
-        .map_err(|e| format!("could not build the HTTP client: {e}"))
 }
 
 struct Plan {

@@ -5,6 +5,7 @@
 mod anthropic;
 mod faults;
 mod gemini;
+mod http_version;
 mod ollama;
 mod openai;
 mod params;
