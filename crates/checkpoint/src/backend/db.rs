@@ -816,6 +816,11 @@ fn migrator(dialect: Dialect) -> Migrator {
                 "create run with claim",
                 include_str!("../../../../migrations/postgres/0014_create_run_claim.sql"),
             ),
+            (
+                15,
+                "create run claimed at insert",
+                include_str!("../../../../migrations/postgres/0015_create_run_claimed_insert.sql"),
+            ),
         ],
     };
     Migrator::with_migrations(
@@ -1407,7 +1412,7 @@ mod tests {
     #[test]
     fn latest_migrations() {
         assert_eq!(latest_migration(Dialect::Sqlite), 11);
-        assert_eq!(latest_migration(Dialect::Postgres), 14);
+        assert_eq!(latest_migration(Dialect::Postgres), 15);
         assert!(refuse_newer(Dialect::Sqlite, Some((11, "x".into()))).is_ok());
         assert!(refuse_newer(Dialect::Sqlite, None).is_ok());
         let e = refuse_newer(Dialect::Sqlite, Some((12, "next".into())))

@@ -338,7 +338,7 @@ impl SqlStore {
     }
 
     /// [`SqlStore::create_run_once`] on Postgres: the same steps in one round trip, through
-    /// the function of `migrations/postgres/0014_create_run_claim.sql`.
+    /// the function of `migrations/postgres/0015_create_run_claimed_insert.sql`.
     async fn create_run_postgres(
         &self,
         run: &NewRun,
@@ -390,7 +390,7 @@ impl SqlStore {
             .iter()
             .map(run_from_row)
             .collect::<DbResult<Vec<Run>>>()?;
-        // The in-flight runs, the new run as inserted, then (claimed) as updated.
+        // The in-flight runs, the new run as a pending run, then (claimed) as claimed.
         let claimed = match runs.last() {
             Some(last) if last.run_id == run_id && last.status == RunStatus::Running => runs.pop(),
             _ => None,
