@@ -302,14 +302,30 @@ impl SqlStore {
         if !inflight.is_empty() && run.multitask_strategy == MultitaskStrategy::Reject {
             return Err(DbErr::conflict(REJECT_DETAIL));
         }
+        // Claimed now (a free slot, a free thread, due now): inserted running, the row
+        // written once rather than inserted pending and updated in a second statement.
+        let claim = run
+            .claim
+            .as_ref()
+            .filter(|_| inflight.is_empty() && run.after_seconds <= 0.0);
         let sql = Sql::new(concat!(
             "INSERT INTO runs (run_id, thread_id, assistant_id, created_at, updated_at, ",
-            "status, metadata, kwargs, multitask_strategy, attempt, available_at) ",
-            "VALUES ($1, $2, $3, $4, $4, 'pending', $5, $6, $7, 0, $8) RETURNING ",
+            "status, metadata, kwargs, multitask_strategy, attempt, available_at, owner, ",
+            "lease_expires_at) ",
+            "VALUES ($1, $2, $3, $4, $4, $9, $5, $6, $7, $10, $8, $11, $12) RETURNING ",
             run_cols!()
         ));
-        let inserted = tx.opt(new_run_args(sql, run, run_id, now, kwargs)).await;
-        let row = match inserted {
+        let status = if claim.is_some() {
+            "running"
+        } else {
+            "pending"
+        };
+        let sql = new_run_args(sql, run, run_id, now, kwargs)
+            .bind(status)
+            .arg(Arg::Int(Some(i64::from(claim.is_some()))))
+            .arg(Arg::Text(claim.map(|c| c.worker_id.clone())))
+            .arg(Arg::opt_ts(claim.map(|c| lease_until(now, c.lease))));
+        let row = match tx.opt(sql).await {
             Ok(Some(row)) => row,
             Ok(None) => return Err(DbErr::corrupt("INSERT … RETURNING returned no row")),
             Err(e) if e.is_unique_violation() => {
@@ -319,15 +335,19 @@ impl SqlStore {
             }
             Err(e) => return Err(e),
         };
-        let created = run_from_row(&row)?;
-        let claimed = match &run.claim {
-            Some(claim) if inflight.is_empty() && run.after_seconds <= 0.0 => tx
-                .opt(claim_one(run_id, &claim.worker_id, claim.lease, now))
-                .await?
-                .as_ref()
-                .map(run_from_row)
-                .transpose()?,
-            _ => None,
+        let inserted = run_from_row(&row)?;
+        // The creation answers with the run as a pending run either way.
+        let (created, claimed) = if claim.is_some() {
+            let pending = Run {
+                status: RunStatus::Pending,
+                attempt: 0,
+                owner: None,
+                lease_expires_at: None,
+                ..inserted.clone()
+            };
+            (pending, Some(inserted))
+        } else {
+            (inserted, None)
         };
         tx.commit().await?;
         Ok(CreatedRun {
