@@ -31,7 +31,8 @@ pub use gemini::Gemini;
 pub use ollama::Ollama;
 pub use openai::OpenAiCompatible;
 pub use registry::{
-    ProviderOptions, build_model, model_http_builder, supported_use_values, validate_models,
+    MODEL_POOL_MAX_IDLE, ProviderOptions, build_model, model_http_builder, supported_use_values,
+    validate_models,
 };
 pub use retry::{RetryEvent, RetryObserver, RetryPolicy};
 pub use settings::{DEFAULT_STREAM_CHUNK_TIMEOUT, DEFAULT_TIMEOUT};

@@ -203,6 +203,12 @@ impl std::fmt::Debug for ProviderOptions {
     }
 }
 
+/// Idle model connections kept per provider host. A burst of concurrent calls opens a
+/// connection each (HTTP/1.1); when it is over, those past this many close at once instead
+/// of each holding its socket, buffers and TLS state for the idle timeout (90 s). Steady
+/// load reuses the kept ones; only concurrency above this number reconnects.
+pub const MODEL_POOL_MAX_IDLE: usize = 256;
+
 /// The shared HTTP client for model calls: pooled connections, `TCP_NODELAY`, HTTP/1.1.
 pub fn default_http_client() -> Result<reqwest::Client, String> {
     model_http_builder()
@@ -219,9 +225,11 @@ pub fn default_http_client() -> Result<reqwest::Client, String> {
 /// `SETTINGS_MAX_CONCURRENT_STREAMS` (often 100 to 256) is reached: the calls past it
 /// would wait for a free stream however many runs the node executes at once. The Python
 /// stack Fawn replaces (the OpenAI and Anthropic SDKs over httpx) speaks HTTP/1.1 too.
+/// Idle connections are bounded per provider ([`MODEL_POOL_MAX_IDLE`]) and by time.
 pub fn model_http_builder() -> reqwest::ClientBuilder {
     fawn_net::client_builder()
         .http1_only()
+        .pool_max_idle_per_host(MODEL_POOL_MAX_IDLE)
         .connect_timeout(Duration::from_secs(30))
         .tcp_nodelay(true)
         .pool_idle_timeout(Duration::from_secs(90))

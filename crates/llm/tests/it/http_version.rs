@@ -1,4 +1,5 @@
-//! Which HTTP version the model client speaks to a provider that offers HTTP/2.
+//! How the model client uses connections: the HTTP version it speaks to a provider that offers
+//! HTTP/2, and how many idle connections it keeps after a burst.
 //!
 //! `tls/` holds a test CA (its key was thrown away) and a `localhost` / `127.0.0.1`
 //! certificate it signed, with that certificate's key: test-only material.
@@ -83,4 +84,123 @@ async fn model_calls_speak_http1_to_a_server_that_offers_http2() {
         .unwrap();
     assert!(defaults.get(&url).send().await.is_err());
     assert_eq!(protocols.recv().await.unwrap(), b"h2");
+}
+
+/// What the connection-counting server reports.
+enum Seen {
+    /// A request arrived on connection `id`; its answer waits for the sender.
+    Request(usize, tokio::sync::oneshot::Sender<()>),
+    /// The client closed connection `id`.
+    Closed(usize),
+}
+
+/// A plain HTTP/1.1 server that holds each request's answer until the test releases it, so
+/// that concurrent requests each take a connection of their own, and reports every request
+/// and every connection the client closes. Returns its port.
+async fn counting_server() -> (u16, tokio::sync::mpsc::UnboundedReceiver<Seen>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        for id in 0.. {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 1024];
+                loop {
+                    match sock.read(&mut chunk).await {
+                        Ok(0) | Err(_) => {
+                            let _ = tx.send(Seen::Closed(id));
+                            return;
+                        }
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                    if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        buf.drain(..end + 4);
+                        let (release, released) = tokio::sync::oneshot::channel();
+                        let _ = tx.send(Seen::Request(id, release));
+                        if released.await.is_err() {
+                            return;
+                        }
+                        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        if sock.write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (port, rx)
+}
+
+/// Sends `n` requests at once and answers them once all `n` have arrived; returns the
+/// connections they arrived on.
+async fn burst(
+    client: &reqwest::Client,
+    url: &str,
+    n: usize,
+    seen: &mut tokio::sync::mpsc::UnboundedReceiver<Seen>,
+) -> std::collections::HashSet<usize> {
+    let calls: Vec<_> = (0..n)
+        .map(|_| {
+            let request = client.get(url).send();
+            tokio::spawn(async move { request.await.unwrap().text().await.unwrap() })
+        })
+        .collect();
+    let mut held = Vec::new();
+    let mut connections = std::collections::HashSet::new();
+    while held.len() < n {
+        match seen.recv().await.unwrap() {
+            Seen::Request(id, release) => {
+                connections.insert(id);
+                held.push(release);
+            }
+            Seen::Closed(id) => panic!("connection {id} closed during the burst"),
+        }
+    }
+    for release in held {
+        release.send(()).unwrap();
+    }
+    for call in calls {
+        assert_eq!(call.await.unwrap(), "ok");
+    }
+    connections
+}
+
+/// After a burst of concurrent model calls, the connections past the idle bound close at
+/// once, and the bound's worth stays open for the next calls to reuse.
+#[tokio::test]
+async fn idle_model_connections_are_bounded_and_reused() {
+    let (port, mut seen) = counting_server().await;
+    let url = format!("http://127.0.0.1:{port}/v1/models");
+    let client = fawn_llm::model_http_builder().build().unwrap();
+    let extra = 4;
+    let first = burst(
+        &client,
+        &url,
+        fawn_llm::MODEL_POOL_MAX_IDLE + extra,
+        &mut seen,
+    )
+    .await;
+    assert_eq!(first.len(), fawn_llm::MODEL_POOL_MAX_IDLE + extra);
+    // The pool drops a connection past its bound as the connection comes back, so these
+    // closes follow the burst; the timeout only turns a missing close into a failure.
+    let mut closed = std::collections::HashSet::new();
+    while closed.len() < extra {
+        let next = tokio::time::timeout(std::time::Duration::from_secs(60), seen.recv()).await;
+        match next.expect("the connections past the idle bound stayed open") {
+            Some(Seen::Closed(id)) => assert!(closed.insert(id)),
+            Some(Seen::Request(..)) => panic!("a request nobody sent"),
+            None => panic!("the server stopped"),
+        }
+    }
+    // The kept connections carry the next burst: no new connection is opened.
+    let second = burst(&client, &url, fawn_llm::MODEL_POOL_MAX_IDLE, &mut seen).await;
+    assert!(second.is_subset(&first), "new connections were opened");
+    assert!(second.is_disjoint(&closed));
 }
