@@ -9,6 +9,8 @@
 -- when claimed, the new run as claimed. Errors as in 0004: P0002 = no such thread,
 -- P0001 'reject' = the thread is busy and the strategy is reject; a duplicate run id is
 -- the unique violation of runs.run_id.
+-- The body restates 0014's, changed only from the insert on: a migration replaces a function
+-- whole, and the migrations already applied stay as they were.
 CREATE OR REPLACE FUNCTION fawn_create_run(
     p_run_id TEXT, p_thread_id TEXT, p_assistant_id TEXT, p_now BIGINT, p_metadata JSONB,
     p_kwargs JSONB, p_strategy TEXT, p_available_at BIGINT, p_create_thread BOOLEAN,
