@@ -86,15 +86,6 @@ fn lease_until(now: DateTime<Utc>, lease: Duration) -> DateTime<Utc> {
     plus_seconds(now, lease.as_secs_f64())
 }
 
-/// [`CLAIM_ONE`] of `run_id` for `worker_id`, leased from `now`.
-fn claim_one(run_id: &str, worker_id: &str, lease: Duration, now: DateTime<Utc>) -> Sql {
-    Sql::new(CLAIM_ONE)
-        .bind(worker_id)
-        .arg(Arg::ts(lease_until(now, lease)))
-        .arg(Arg::ts(now))
-        .bind(run_id)
-}
-
 fn not_owned(run_id: &str, worker_id: &str) -> DbErr {
     DbErr::not_found(format!("Run {run_id} is not running on worker {worker_id}"))
 }
@@ -535,11 +526,13 @@ impl SqlStore {
         worker_id: &str,
         lease: Duration,
     ) -> DbResult<Option<Run>> {
-        match self
-            .db
-            .write_opt(claim_one(run_id, worker_id, lease, ids::now()))
-            .await
-        {
+        let now = ids::now();
+        let sql = Sql::new(CLAIM_ONE)
+            .bind(worker_id)
+            .arg(Arg::ts(lease_until(now, lease)))
+            .arg(Arg::ts(now))
+            .bind(run_id);
+        match self.db.write_opt(sql).await {
             Ok(row) => row.as_ref().map(run_from_row).transpose(),
             Err(e) if e.is_unique_violation() => Ok(None),
             Err(e) => Err(e),
