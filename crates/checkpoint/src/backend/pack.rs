@@ -11,8 +11,9 @@
 //! `LiteRow::opt_json`); rows written before keep their text. Postgres compresses large
 //! values itself (TOAST), so its rows stay text and JSONB.
 
-use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
+use flate2::{Decompress, FlushDecompress, Status};
 use std::sync::Mutex;
+use zlib_rs::{Deflate, DeflateConfig, DeflateFlush};
 
 /// The first bytes of a packed value.
 const MAGIC: &[u8] = b"\0fz1";
@@ -20,19 +21,64 @@ const MAGIC: &[u8] = b"\0fz1";
 /// writes of one message (300-600 bytes of JSON) still shrink by a third.
 pub(crate) const PACK_MIN_BYTES: usize = 256;
 
-/// From this size on, a faster compression level: a whole state (a snapshot, the thread
-/// row's values) of a long thread is a few hundred KiB, packed once per run's end.
-const LARGE_BYTES: usize = 64 * 1024;
-
-/// Idle (de)compressors kept for reuse, per kind. A deflate state is ~300 KiB of tables
+/// Idle compressors kept for reuse, per class. A deflate state is up to ~300 KiB of tables
 /// that a new one allocates zeroed: for the few-hundred-byte values most rows hold, making
 /// one cost several times the compression itself (a soak profile had allocation and page
-/// zeroing for it above deflate's own work). A reused one only clears its hash table.
+/// zeroing for it above deflate's own work). A reused one clears its hash table and its
+/// symbol buffer.
 const POOLED: usize = 8;
 
-/// Compressors at zlib's default level (6), at level 2 (large values), and decompressors.
-static DEFAULT_LEVEL: Mutex<Vec<Compress>> = Mutex::new(Vec::new());
-static FAST_LEVEL: Mutex<Vec<Compress>> = Mutex::new(Vec::new());
+/// A kind of compressor, for values shorter than `below` bytes.
+///
+/// The memory level sizes the symbol buffer (3 × 2^(level + 6) bytes), which a reused
+/// compressor clears twice per value: 48 KiB at zlib's default level 8, next to the 128 KiB
+/// hash table (fixed in zlib-rs) that it clears once. A value of fewer bytes than the buffer
+/// holds symbols fits in one block at any memory level, so the small classes write exactly
+/// the bytes the default level would (a test checks it); they only clear less.
+struct Class {
+    below: usize,
+    level: i32,
+    mem_level: i32,
+    idle: Mutex<Vec<Deflate>>,
+}
+
+impl Class {
+    const fn new(below: usize, level: i32, mem_level: i32) -> Class {
+        Class {
+            below,
+            level,
+            mem_level,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn make(&self) -> Deflate {
+        Deflate::new_with_config(DeflateConfig {
+            level: self.level,
+            // Negative: a raw deflate stream, no zlib header or checksum.
+            window_bits: -15,
+            mem_level: self.mem_level,
+            ..DeflateConfig::default()
+        })
+    }
+}
+
+/// Symbols one block of memory level `m` holds before it is flushed: 2^(m + 6) − 1.
+const fn block_symbols(mem_level: u32) -> usize {
+    (1 << (mem_level + 6)) - 1
+}
+
+/// The classes, smallest first. Below 64 KiB zlib's default level (6: a quarter smaller than
+/// level 1, whose quick strategy compresses JSON poorly; tens of microseconds for a row); a
+/// whole state (a snapshot, the thread row's values) of a long thread is a few hundred KiB,
+/// packed once per run's end, at level 2.
+static CLASSES: [Class; 4] = [
+    Class::new(block_symbols(4), 6, 4),
+    Class::new(block_symbols(6), 6, 6),
+    Class::new(64 * 1024, 6, 8),
+    Class::new(usize::MAX, 2, 8),
+];
+
 static INFLATERS: Mutex<Vec<Decompress>> = Mutex::new(Vec::new());
 
 /// Takes an idle item of `pool`, or makes one.
@@ -54,48 +100,49 @@ fn give<T>(pool: &Mutex<Vec<T>>, item: T) {
 
 /// Appends the raw deflate stream of `input` to `out`; `None` when it fails or `out` would
 /// grow past `limit` bytes.
-fn deflate(c: &mut Compress, input: &[u8], out: &mut Vec<u8>, limit: usize) -> Option<()> {
+fn deflate(c: &mut Deflate, input: &[u8], out: &mut Vec<u8>, limit: usize) -> Option<()> {
+    // `out[..filled]` is written; the rest is room, zeroed (the safe API writes to slices).
+    let mut filled = out.len();
     loop {
         let read = usize::try_from(c.total_in()).ok()?;
         let rest = input.get(read..)?;
-        if out.len() == out.capacity() {
+        if filled == out.len() {
             if out.len() >= limit {
                 return None;
             }
-            out.reserve((limit - out.len()).min(out.capacity().max(256)));
+            let grow = (limit - out.len()).min(out.len().max(256));
+            out.resize(out.len() + grow, 0);
         }
         let before = (c.total_in(), c.total_out());
-        match c.compress_vec(rest, out, FlushCompress::Finish).ok()? {
-            Status::StreamEnd => return (out.len() <= limit).then_some(()),
-            // Room was made above; no progress with room left would loop for ever.
-            Status::Ok | Status::BufError if (c.total_in(), c.total_out()) == before => {
-                return None;
+        let status = c
+            .compress(rest, out.get_mut(filled..)?, DeflateFlush::Finish)
+            .ok()?;
+        filled += usize::try_from(c.total_out() - before.1).ok()?;
+        match status {
+            zlib_rs::Status::StreamEnd => {
+                out.truncate(filled);
+                return (filled <= limit).then_some(());
             }
-            Status::Ok | Status::BufError => {}
+            // Room was made above; no progress with room left would loop for ever.
+            _ if (c.total_in(), c.total_out()) == before => return None,
+            _ => {}
         }
     }
 }
 
-/// `text` deflated behind [`MAGIC`], or `None` when it is small or would not shrink. Rows
-/// below [`LARGE_BYTES`] take zlib's default level (6: a quarter smaller than level 1,
-/// whose quick strategy compresses JSON poorly; tens of microseconds for a row); larger
-/// values level 2.
+/// `text` deflated behind [`MAGIC`], or `None` when it is small or would not shrink.
 pub(crate) fn pack(text: &str) -> Option<Vec<u8>> {
     if text.len() < PACK_MIN_BYTES {
         return None;
     }
-    let (pool, level) = if text.len() < LARGE_BYTES {
-        (&DEFAULT_LEVEL, Compression::default())
-    } else {
-        (&FAST_LEVEL, Compression::new(2))
-    };
-    let mut c = take(pool, || Compress::new(level, false));
+    let class = CLASSES.iter().find(|c| text.len() < c.below)?;
+    let mut c = take(&class.idle, || class.make());
     let mut out = Vec::with_capacity(text.len() / 3 + MAGIC.len());
     out.extend_from_slice(MAGIC);
     // Packed, it must be shorter than the text.
     let done = deflate(&mut c, text.as_bytes(), &mut out, text.len() - 1);
     c.reset();
-    give(pool, c);
+    give(&class.idle, c);
     done.map(|()| out)
 }
 
@@ -164,9 +211,64 @@ mod tests {
             assert_eq!(unpack(&packed).unwrap().unwrap(), text);
         }
         // Output that would outgrow its limit stops the compression.
-        let mut c = Compress::new(Compression::default(), false);
+        let mut c = CLASSES[2].make();
         let mut out = Vec::new();
         assert_eq!(deflate(&mut c, text.as_bytes(), &mut out, 10), None);
         assert!(unpack(b"\0fz1 not deflate").unwrap().is_err());
+    }
+
+    /// Varied JSON-like ASCII text of `len` bytes (a fixed pseudo-random sequence).
+    fn sample(len: usize, seed: u64) -> String {
+        let words = [
+            "role",
+            "content",
+            "assistant",
+            "tool_calls",
+            "id",
+            "name",
+            "args",
+        ];
+        let mut x = seed;
+        let mut text = String::from("[");
+        while text.len() < len {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let word = words[(x >> 33) as usize % words.len()];
+            text.push_str(&format!(
+                "{{\"{word}\": \"{:x}\", \"n\": {}}},",
+                x >> 20,
+                x % 977
+            ));
+        }
+        text.truncate(len);
+        text
+    }
+
+    #[test]
+    fn small_classes_write_the_bytes_of_the_default_memory_level() {
+        // Packing is deterministic per setting; a smaller memory level must not change what
+        // is stored (the storage figures were measured with zlib's default, level 8).
+        let mut reference = flate2::Compress::new(flate2::Compression::default(), false);
+        for (i, len) in [
+            256, 300, 700, 1000, 1022, 1023, 1500, 3000, 4094, 4095, 9000,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let text = sample(len, i as u64);
+            let packed = pack(&text).unwrap();
+            let mut want = Vec::with_capacity(len + 64);
+            let status = reference
+                .compress_vec(text.as_bytes(), &mut want, flate2::FlushCompress::Finish)
+                .unwrap();
+            assert_eq!(status, Status::StreamEnd);
+            reference.reset();
+            assert_eq!(&packed[MAGIC.len()..], &want[..], "length {len}");
+            assert_eq!(unpack(&packed).unwrap().unwrap(), text);
+        }
+        // The classes below the default one take the smaller memory levels.
+        let levels: Vec<i32> = CLASSES.iter().map(|c| c.mem_level).collect();
+        assert_eq!(levels, [4, 6, 8, 8]);
     }
 }
