@@ -68,10 +68,10 @@ const fn block_symbols(mem_level: u32) -> usize {
     (1 << (mem_level + 6)) - 1
 }
 
-/// The classes, smallest first. Below 64 KiB zlib's default level (6: a quarter smaller than
-/// level 1, whose quick strategy compresses JSON poorly; tens of microseconds for a row); a
-/// whole state (a snapshot, the thread row's values) of a long thread is a few hundred KiB,
-/// packed once per run's end, at level 2.
+/// The classes, smallest first. Below 64 KiB compression level 6 (zlib's default: a quarter
+/// smaller than level 1, whose quick strategy compresses JSON poorly; tens of microseconds
+/// for a row); a whole state (a snapshot, the thread row's values) of a long thread is a
+/// few hundred KiB, packed once per run's end, at compression level 2.
 static CLASSES: [Class; 4] = [
     Class::new(block_symbols(4), 6, 4),
     Class::new(block_symbols(6), 6, 6),
