@@ -372,26 +372,37 @@ const CHECKPOINT_ROW: &str = "thread_id, checkpoint_ns, checkpoint_id, parent_id
 /// with it or not at all.
 pub(super) type Links = Arc<Vec<Prepared>>;
 
-/// Postgres: the arguments and the `($1, …), (…)` list of a multi-row checkpoint insert,
-/// each row followed by the parent its links hang from (the `head` column).
-fn values_of(items: &[Links]) -> (Vec<Arg>, String) {
+/// Postgres: the arguments of a multi-row checkpoint insert, one array per column in
+/// [`row_args`] order and then each row's `head` (the parent its links hang from), and the
+/// `unnest(…)` that reads them back as rows. The statement's text depends on no row count,
+/// so each connection prepares and plans it once; a `VALUES` list had one text per row
+/// count, each planned anew.
+fn columns_of(items: &[Links]) -> DbResult<(Vec<Arg>, String)> {
     let now = ids::now();
-    let mut args = Vec::new();
-    let mut values = Vec::new();
+    let mut columns: Vec<Arg> = Vec::new();
     for links in items {
         let head = links.first().and_then(|p| p.parent_id.clone());
         for p in links.iter() {
-            let base = args.len();
             let sql = Sql::new("")
                 .bind(p.thread_id.as_str())
                 .bind(p.ns.as_str())
                 .bind(p.id.as_str());
-            args.extend(row_args(sql, p, now).bind(head.clone()).into_args());
-            let ps: Vec<String> = (base + 1..=args.len()).map(|i| format!("${i}")).collect();
-            values.push(format!("({})", ps.join(", ")));
+            let row = row_args(sql, p, now).bind(head.clone()).into_args();
+            if columns.is_empty() {
+                columns = row.iter().map(Arg::column_of).collect::<DbResult<_>>()?;
+            }
+            for (column, value) in columns.iter_mut().zip(row) {
+                column.push_row(value)?;
+            }
         }
     }
-    (args, values.join(", "))
+    let unnest = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("${}::{}", i + 1, c.pg_array_type()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Ok((columns, format!("unnest({unnest})")))
 }
 
 /// Postgres gathers concurrent checkpoint inserts (of different runs) into shared
@@ -584,9 +595,18 @@ impl SqlStore {
         {
             return vec![self.insert_one(one).await.map(|b| vec![b])];
         }
-        let (args, values) = values_of(&items);
+        let (args, rows) = match columns_of(&items) {
+            Ok(columns) => columns,
+            Err(e) => {
+                let msg = format!("{e:?}");
+                return items
+                    .iter()
+                    .map(|_| Err(DbErr::corrupt(msg.clone())))
+                    .collect();
+            }
+        };
         let text = format!(
-            "WITH v ({CHECKPOINT_ROW}, head) AS (VALUES {values}) \
+            "WITH v AS (SELECT * FROM {rows} AS v ({CHECKPOINT_ROW}, head)) \
              INSERT INTO checkpoints ({CHECKPOINT_ROW}) \
              SELECT {CHECKPOINT_ROW} FROM v WHERE v.head IS NULL OR EXISTS (SELECT 1 \
              FROM checkpoints p WHERE p.thread_id = v.thread_id \

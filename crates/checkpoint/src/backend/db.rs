@@ -210,9 +210,49 @@ pub(crate) enum Arg {
     Json(Option<String>),
     /// Bytes (a packed value, SQLite only: see `pack`).
     Blob(Option<Vec<u8>>),
+    /// Postgres only: one column of many rows, bound as an array (`text[]`, `int8[]`,
+    /// `jsonb[]`) for `unnest`, so a multi-row statement's text does not depend on how many
+    /// rows it carries.
+    Texts(Vec<Option<String>>),
+    Ints(Vec<Option<i64>>),
+    Jsons(Vec<Option<String>>),
 }
 
 impl Arg {
+    /// An empty column of `like`'s type (see [`Arg::Texts`]).
+    pub fn column_of(like: &Arg) -> DbResult<Arg> {
+        match like {
+            Arg::Text(_) => Ok(Arg::Texts(Vec::new())),
+            Arg::Int(_) => Ok(Arg::Ints(Vec::new())),
+            Arg::Json(_) => Ok(Arg::Jsons(Vec::new())),
+            other => Err(DbErr::invalid(format!("no array column for {other:?}"))),
+        }
+    }
+
+    /// Appends `value` (one row's) to this column.
+    pub fn push_row(&mut self, value: Arg) -> DbResult<()> {
+        match (self, value) {
+            (Arg::Texts(col), Arg::Text(v)) => col.push(v),
+            (Arg::Ints(col), Arg::Int(v)) => col.push(v),
+            (Arg::Jsons(col), Arg::Json(v)) => col.push(v),
+            (col, v) => {
+                return Err(DbErr::invalid(format!(
+                    "a row's {v:?} does not fit the column {col:?}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The Postgres array type of a column (for a cast in `unnest`).
+    pub fn pg_array_type(&self) -> &'static str {
+        match self {
+            Arg::Ints(_) => "int8[]",
+            Arg::Jsons(_) => "jsonb[]",
+            _ => "text[]",
+        }
+    }
+
     pub fn json(v: &Value) -> Arg {
         Arg::Json(Some(v.to_string()))
     }
@@ -385,20 +425,25 @@ impl Sql {
                 Arg::Float(v) => q.bind(v),
                 Arg::Bool(v) => q.bind(v),
                 Arg::Blob(v) => q.bind(v),
-                Arg::Json(v) => {
-                    let raw = match v {
-                        Some(text) => Some(sqlx::types::Json(
-                            RawValue::from_string(jsonb_safe(text))
-                                .map_err(|e| DbErr::invalid(format!("invalid JSON: {e}")))?,
-                        )),
-                        None => None,
-                    };
-                    q.bind(raw)
-                }
+                Arg::Json(v) => q.bind(v.map(pg_json).transpose()?),
+                Arg::Texts(v) => q.bind(v),
+                Arg::Ints(v) => q.bind(v),
+                Arg::Jsons(v) => q.bind(
+                    v.into_iter()
+                        .map(|j| j.map(pg_json).transpose())
+                        .collect::<DbResult<Vec<_>>>()?,
+                ),
             };
         }
         Ok(q)
     }
+}
+
+/// JSON text as Postgres receives it (see [`jsonb_safe`]).
+fn pg_json(text: String) -> DbResult<sqlx::types::Json<Box<RawValue>>> {
+    RawValue::from_string(jsonb_safe(text))
+        .map(sqlx::types::Json)
+        .map_err(|e| DbErr::invalid(format!("invalid JSON: {e}")))
 }
 
 /// Postgres `jsonb` cannot hold U+0000 in strings; such characters (which an LLM can
@@ -1369,6 +1414,28 @@ impl Db {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn row_values_gather_into_typed_columns() {
+        let row = [
+            Arg::Text(None),
+            Arg::Int(Some(1)),
+            Arg::Json(Some("{}".into())),
+        ];
+        let mut columns: Vec<Arg> = row.iter().map(|a| Arg::column_of(a).unwrap()).collect();
+        for (c, v) in columns.iter_mut().zip(row) {
+            c.push_row(v).unwrap();
+        }
+        columns[0].push_row(Arg::Text(Some("t".into()))).unwrap();
+        assert_eq!(columns[0], Arg::Texts(vec![None, Some("t".into())]));
+        assert_eq!(columns[1], Arg::Ints(vec![Some(1)]));
+        assert_eq!(columns[2], Arg::Jsons(vec![Some("{}".into())]));
+        let types: Vec<&str> = columns.iter().map(Arg::pg_array_type).collect();
+        assert_eq!(types, ["text[]", "int8[]", "jsonb[]"]);
+        // A value of another type, or a type with no column, is an error, not a guess.
+        assert!(columns[1].push_row(Arg::Text(None)).is_err());
+        assert!(Arg::column_of(&Arg::Blob(None)).is_err());
+    }
 
     /// Every migration runs in one transaction with its bookkeeping row: one that fails
     /// halfway leaves nothing of itself behind, and is not recorded.

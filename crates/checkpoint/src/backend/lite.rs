@@ -739,6 +739,11 @@ fn bind(stmt: &mut rusqlite::Statement<'_>, args: &[Arg]) -> DbResult<()> {
             Arg::Float(v) => stmt.raw_bind_parameter(i, *v),
             Arg::Bool(v) => stmt.raw_bind_parameter(i, v.map(i64::from)),
             Arg::Blob(v) => stmt.raw_bind_parameter(i, v.as_deref()),
+            Arg::Texts(_) | Arg::Ints(_) | Arg::Jsons(_) => {
+                return Err(DbErr::invalid(format!(
+                    "SQL parameter ${n} is an array, which only Postgres binds"
+                )));
+            }
         };
         bound.map_err(DbErr::Lite)?;
     }
