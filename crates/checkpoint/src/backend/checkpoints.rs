@@ -406,6 +406,16 @@ fn columns_of(items: &[Links]) -> DbResult<(Vec<Arg>, String)> {
     Ok((columns, format!("unnest({unnest})")))
 }
 
+/// The answer of a batch that failed as a whole for a reason no retry mends: the same error
+/// for every item.
+fn every_item_fails(items: &[Links], e: &DbErr) -> Vec<DbResult<Vec<bool>>> {
+    let msg = format!("{e:?}");
+    items
+        .iter()
+        .map(|_| Err(DbErr::corrupt(msg.clone())))
+        .collect()
+}
+
 /// Postgres gathers concurrent checkpoint inserts (of different runs) into shared
 /// statements: at most 2 in flight, 64 items or 4 MiB each. Two rather than four: with
 /// chains, four concurrent inserts slowed new runs' first events at c=16 (4.1-4.7 vs
@@ -598,13 +608,7 @@ impl SqlStore {
         }
         let (args, rows) = match columns_of(&items) {
             Ok(columns) => columns,
-            Err(e) => {
-                let msg = format!("{e:?}");
-                return items
-                    .iter()
-                    .map(|_| Err(DbErr::corrupt(msg.clone())))
-                    .collect();
-            }
+            Err(e) => return every_item_fails(&items, &e),
         };
         let text = format!(
             "WITH v AS (SELECT * FROM {rows} AS v ({CHECKPOINT_ROW}, head)) \
@@ -625,13 +629,7 @@ impl SqlStore {
                         Ok(key) => {
                             inserted.insert(key);
                         }
-                        Err(e) => {
-                            let msg = format!("{e:?}");
-                            return items
-                                .iter()
-                                .map(|_| Err(DbErr::corrupt(msg.clone())))
-                                .collect();
-                        }
+                        Err(e) => return every_item_fails(&items, &e),
                     }
                 }
                 items
