@@ -55,6 +55,14 @@
 //! observability), runs the DeerFlow-shaped loads on each, alternating, and prints each
 //! target's server CPU per run over the plain Fawn's.
 //!
+//! `--backends` sets Fawn on Postgres beside Fawn on SQLite: it starts the mock and both
+//! servers (Postgres at `BENCH_DATABASE_URL` or `TEST_DATABASE_URL`, a schema of its own),
+//! runs the DeerFlow-shaped loads on both, alternating which goes first, round after round
+//! (`--rounds`, default 3), and prints Postgres over SQLite: runs/s and the box's CPU per
+//! run (Fawn's plus, when the database runs on this machine, the database server's). Two
+//! servers loaded in turn within one run see the same machine, where separate runs on a
+//! shared machine can differ by a fifth.
+//!
 //! `--streams N` holds N streaming runs open at once against a slowly streaming mock (a
 //! word every `--chunk-ms`, 100, for `--stream-secs`, 10) and reports errors, the server's
 //! peak RSS and CPU, and first-event and chunk-delay percentiles (see `streams.rs`):
@@ -1156,6 +1164,15 @@ fn print_summary(targets: &[Target], plan: &Plan, sums: &HashMap<(usize, usize),
                 ),
                 _ => "server CPU/run n/a".to_string(),
             };
+            // With a database server's CPU on either side, the box's: the server's plus it.
+            let boxed =
+                |s: &LoadStats| s.server_cpu.map(|c| s.per_run(c + s.db_cpu.unwrap_or(0.0)));
+            let boxes = match (boxed(x), boxed(y)) {
+                (Some(bx), Some(by)) if x.db_cpu.is_some() || y.db_cpu.is_some() => {
+                    format!(", box CPU/run {:.3}x ({bx:.2} vs {by:.2} ms)", bx / by)
+                }
+                _ => String::new(),
+            };
             let first = if x.firsts.is_empty() || y.firsts.is_empty() {
                 String::new()
             } else {
@@ -1166,12 +1183,36 @@ fn print_summary(targets: &[Target], plan: &Plan, sums: &HashMap<(usize, usize),
                 )
             };
             println!(
-                "  {:<6} c={c:<3} runs/s {:.2}x, {cpu}{first}",
+                "  {:<6} c={c:<3} runs/s {:.2}x, {cpu}{boxes}{first}",
                 mode.name(),
                 rate(x) / rate(y)
             );
         }
     }
+}
+
+/// `--backends`: the mock, Fawn on Postgres and Fawn on SQLite, then [`bench_targets`] on
+/// both (Postgres first, so the summary's ratios are Postgres over SQLite).
+async fn backends(mut plan: Plan) -> Result<()> {
+    let url = std::env::var("BENCH_DATABASE_URL")
+        .or_else(|_| std::env::var("TEST_DATABASE_URL"))
+        .context("--backends wants BENCH_DATABASE_URL or TEST_DATABASE_URL (Postgres)")?;
+    let (mock, mock_url) = start_mock()?;
+    plan.mock_pid = Some(mock.child.id());
+    println!("mock LLM at {mock_url}");
+    let pg = start_server(&mock_url, Some(&url), plan.workload).await?;
+    let lite = start_server(&mock_url, None, plan.workload).await?;
+    let mut targets = vec![pg.target(), lite.target()];
+    targets[0].name = "postgres".to_string();
+    targets[1].name = "sqlite".to_string();
+    if targets[0].db.is_none() {
+        println!("  (the database does not run on this machine: its CPU is not counted)");
+    }
+    let result = bench_targets(&targets, &plan).await;
+    stop_server(lite).await?;
+    stop_server(pg).await?;
+    drop(mock);
+    result
 }
 
 /// `--versus-official`: the mock, Fawn (release, SQLite) and the official server, all
@@ -1368,6 +1409,7 @@ usage: server_load [--quick] [--sqlite-only | --pg-only] [--only MODE:C:RUNS]...
                    [--workload minimal|deerflow] [--only MODE:C:RUNS]... [--rounds N] [--warmup N] [--runs N]
        server_load --versus-official [--official-script PATH] [--rounds N] [--warmup N] [--runs N] [--only MODE:C:RUNS]...
        server_load --tracing-cost [--base-fawn PATH] [--rounds N] [--warmup N] [--runs N] [--only MODE:C:RUNS]...
+       server_load --backends [--rounds N] [--warmup N] [--runs N] [--only MODE:C:RUNS]... [--workload minimal|deerflow]
        server_load --streams N [--stream-secs 10] [--chunk-ms 100] [--ramp-secs S] [--hold-secs S]";
 
 /// `[NAME=]URL[@PID]`.
@@ -1404,6 +1446,7 @@ struct Args {
     versus: bool,
     official_script: Option<PathBuf>,
     tracing_cost: bool,
+    backends: bool,
     base_fawn: Option<PathBuf>,
     streams: Option<usize>,
     stream_secs: Option<f64>,
@@ -1427,6 +1470,7 @@ fn parse_args(args: &[String]) -> Result<Args> {
             "--pg-only" => a.pg_only = true,
             "--versus-official" => a.versus = true,
             "--tracing-cost" => a.tracing_cost = true,
+            "--backends" => a.backends = true,
             "--base-fawn" => a.base_fawn = Some(value()?.into()),
             "--only" => a.only.push(parse_only(&value()?)?),
             "--workload" => a.workload = Some(Workload::parse(&value()?)?),
@@ -1520,7 +1564,14 @@ async fn run() -> Result<()> {
     {
         bail!("--stream-secs, --chunk-ms, --ramp-secs and --hold-secs go with --streams\n{USAGE}");
     }
-    let side_by_side = a.versus || a.tracing_cost || !a.targets.is_empty();
+    let side_by_side = a.versus || a.tracing_cost || a.backends || !a.targets.is_empty();
+    if a.backends
+        && (a.versus || a.tracing_cost || a.pg_only || a.sqlite_only || !a.targets.is_empty())
+    {
+        bail!(
+            "--backends starts its own servers: drop --target, --versus-official and --tracing-cost"
+        );
+    }
     if a.versus && !a.targets.is_empty() {
         bail!("--versus-official starts its own servers: drop --target");
     }
@@ -1554,6 +1605,11 @@ async fn run() -> Result<()> {
             plan.workload = a.workload.unwrap_or(Workload::Deerflow);
             plan.rounds = a.rounds.unwrap_or(3);
             return tracing_cost(a.base_fawn.clone(), plan).await;
+        }
+        if a.backends {
+            plan.workload = a.workload.unwrap_or(Workload::Deerflow);
+            plan.rounds = a.rounds.unwrap_or(3);
+            return backends(plan).await;
         }
         if a.versus {
             if a.workload == Some(Workload::Minimal) {
