@@ -1062,8 +1062,9 @@ async fn bench_targets(targets: &[Target], plan: &Plan) -> Result<()> {
             load(t, Mode::Wait, 16, plan.warmup).await?;
         }
     }
-    // (target index, load index) → the rounds added up.
+    // (target index, load index) → the rounds added up, and each round's own figures.
     let mut sums: HashMap<(usize, usize), LoadStats> = HashMap::new();
+    let mut rounds: HashMap<(usize, usize), Vec<LoadStats>> = HashMap::new();
     for round in 0..plan.rounds {
         println!("== round {}/{}", round + 1, plan.rounds);
         for (li, (mode, c, n)) in plan.loads.iter().enumerate() {
@@ -1075,6 +1076,7 @@ async fn bench_targets(targets: &[Target], plan: &Plan) -> Result<()> {
                 let t = &targets[ti];
                 let stats = measure(t, *mode, *c, *n, plan.mock_pid).await?;
                 println!("{}", stats.line(&t.name));
+                rounds.entry((ti, li)).or_default().push(stats.clone());
                 match sums.get_mut(&(ti, li)) {
                     Some(sum) => sum.add(&stats),
                     None => {
@@ -1084,11 +1086,27 @@ async fn bench_targets(targets: &[Target], plan: &Plan) -> Result<()> {
             }
         }
     }
-    print_summary(targets, plan, &sums);
+    print_summary(targets, plan, &sums, &rounds);
     Ok(())
 }
 
-fn print_summary(targets: &[Target], plan: &Plan, sums: &HashMap<(usize, usize), LoadStats>) {
+/// `ratios` as `a / b / c (median m)`, smallest first.
+fn spread(mut ratios: Vec<f64>, digits: usize) -> String {
+    ratios.sort_by(f64::total_cmp);
+    let each: Vec<String> = ratios.iter().map(|r| format!("{r:.digits$}")).collect();
+    format!(
+        "{} (median {:.digits$})",
+        each.join(" / "),
+        pct(&mut ratios, 0.5)
+    )
+}
+
+fn print_summary(
+    targets: &[Target],
+    plan: &Plan,
+    sums: &HashMap<(usize, usize), LoadStats>,
+    rounds: &HashMap<(usize, usize), Vec<LoadStats>>,
+) {
     let ms = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.2}"));
     println!(
         "== summary: workload {}, {} round(s) added up",
@@ -1187,6 +1205,41 @@ fn print_summary(targets: &[Target], plan: &Plan, sums: &HashMap<(usize, usize),
                 mode.name(),
                 rate(x) / rate(y)
             );
+            // Round by round: the two loads of a round ran one after the other, so their
+            // ratio sees one state of a shared machine; the spread shows how far noise moves it.
+            let (Some(xs), Some(ys)) = (rounds.get(&(ai, li)), rounds.get(&(bi, li))) else {
+                continue;
+            };
+            if xs.len() < 2 {
+                continue;
+            }
+            let pairs = xs.iter().zip(ys);
+            let rates: Vec<f64> = pairs.clone().map(|(x, y)| rate(x) / rate(y)).collect();
+            let cpus: Vec<f64> = pairs
+                .filter_map(|(x, y)| match (boxed(x), boxed(y)) {
+                    (Some(bx), Some(by)) if x.db_cpu.is_some() || y.db_cpu.is_some() => {
+                        Some(bx / by)
+                    }
+                    _ => x
+                        .server_cpu
+                        .zip(y.server_cpu)
+                        .map(|(cx, cy)| x.per_run(cx) / y.per_run(cy)),
+                })
+                .collect();
+            let what = if x.db_cpu.is_some() || y.db_cpu.is_some() {
+                "box"
+            } else {
+                "server"
+            };
+            print!(
+                "  {:<6} c={c:<3} per round: runs/s {}",
+                mode.name(),
+                spread(rates, 2)
+            );
+            if cpus.len() == xs.len() {
+                print!(", {what} CPU/run {}", spread(cpus, 3));
+            }
+            println!();
         }
     }
 }
