@@ -866,6 +866,11 @@ fn migrator(dialect: Dialect) -> Migrator {
                 "create run claimed at insert",
                 include_str!("../../../../migrations/postgres/0015_create_run_claimed_insert.sql"),
             ),
+            (
+                16,
+                "fewer index writes per run",
+                include_str!("../../../../migrations/postgres/0016_fewer_index_writes.sql"),
+            ),
         ],
     };
     Migrator::with_migrations(
@@ -1479,7 +1484,7 @@ mod tests {
     #[test]
     fn latest_migrations() {
         assert_eq!(latest_migration(Dialect::Sqlite), 11);
-        assert_eq!(latest_migration(Dialect::Postgres), 15);
+        assert_eq!(latest_migration(Dialect::Postgres), 16);
         assert!(refuse_newer(Dialect::Sqlite, Some((11, "x".into()))).is_ok());
         assert!(refuse_newer(Dialect::Sqlite, None).is_ok());
         let e = refuse_newer(Dialect::Sqlite, Some((12, "next".into())))
