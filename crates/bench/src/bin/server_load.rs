@@ -59,9 +59,10 @@
 //! servers (Postgres at `BENCH_DATABASE_URL` or `TEST_DATABASE_URL`, a schema of its own),
 //! runs the DeerFlow-shaped loads on both, alternating which goes first, round after round
 //! (`--rounds`, default 3), and prints Postgres over SQLite: runs/s and the box's CPU per
-//! run (Fawn's plus, when the database runs on this machine, the database server's). Two
-//! servers loaded in turn within one run see the same machine, where separate runs on a
-//! shared machine can differ by a fifth.
+//! run (Fawn's plus, when the database runs on this machine, the database server's), for
+//! the rounds added up and round by round with their median. Two servers loaded in turn
+//! within one run see the same machine, where separate runs on a shared machine can differ
+//! by a fifth; rounds still differ, and the spread of their ratios shows by how much.
 //!
 //! `--streams N` holds N streaming runs open at once against a slowly streaming mock (a
 //! word every `--chunk-ms`, 100, for `--stream-secs`, 10) and reports errors, the server's
