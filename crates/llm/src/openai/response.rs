@@ -195,7 +195,7 @@ impl Converter {
         &mut self,
         mut chunk: ChatCompletionChunk,
     ) -> Result<Option<Message>, LlmError> {
-        if let Some(err) = chunk.extra.get("error").filter(|e| e.is_object()) {
+        if let Some(err) = chunk.error.as_ref().filter(|e| e.is_object()) {
             // Gateways (OpenRouter, LiteLLM, …) report failures mid-stream as a data line
             // carrying an `error` object, sometimes with an HTTP-like numeric code.
             let status = err

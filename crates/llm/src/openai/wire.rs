@@ -1,14 +1,16 @@
 //! Our own serde types for the chat-completions wire format (async-openai's "bring your own
-//! types"). Every struct keeps unknown fields in a flattened map so vendor extensions such as
-//! `reasoning_content`, `reasoning`, `reasoning_details` or `thought_signature` survive.
+//! types"). The structs of a message keep unknown fields in a flattened map so vendor
+//! extensions such as `reasoning_content`, `reasoning`, `reasoning_details` or
+//! `thought_signature` survive.
 //!
-//! The four response structs with such a map (`ChatCompletionChunk`, `WireDelta`,
-//! `WireToolCallDelta`, `WireUsage`) deserialize by hand: serde's derived `#[serde(flatten)]`
-//! buffers every object into its private `Content` tree and deserializes it twice, which cost
-//! ~6.7% of the server's CPU on streamed chunks. The visitors keep the derived semantics:
-//! every field optional, `null` for a list means empty, unknown keys kept in `extra`, a
-//! repeated known key is an error (`duplicate field`), a repeated unknown key keeps its last
-//! value.
+//! The four response structs (`ChatCompletionChunk`, `WireDelta`, `WireToolCallDelta`,
+//! `WireUsage`) deserialize by hand: serde's derived `#[serde(flatten)]` buffers every object
+//! into its private `Content` tree and deserializes it twice, which cost ~6.7% of the
+//! server's CPU on streamed chunks. The visitors keep the derived semantics: every field
+//! optional, `null` for a list means empty, unknown keys kept in `extra`, a repeated known
+//! key is an error (`duplicate field`), a repeated unknown key keeps its last value. The
+//! chunk itself keeps no unknown key: nothing reads its `object`, `created` or a gateway's
+//! extras, and every streamed chunk carries some; it reads a gateway's `error` object.
 //!
 //! The offered tools are rendered to JSON text once per shared tool list ([`WireTools`]) and
 //! reused by every call of a run.
@@ -219,8 +221,10 @@ pub struct ChatCompletionChunk {
     pub usage: Option<WireUsage>,
     pub system_fingerprint: Option<String>,
     pub service_tier: Option<String>,
-    /// Unknown top-level keys.
-    pub extra: Map<String, Value>,
+    /// The `error` object a gateway (OpenRouter, LiteLLM, …) sends in place of a chunk.
+    /// Other top-level keys (`object`, `created`, a gateway's `provider`, …) are read
+    /// nothing of and skipped without being kept: every streamed chunk carries some.
+    pub error: Option<Value>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -302,10 +306,13 @@ pub struct WireUsage {
 enum Key<F> {
     Known(usize, F),
     Other(String),
+    /// An unknown key of a struct that keeps none (not copied out of the input).
+    Skipped,
 }
 
-/// Reads one map key against a struct's table of known keys.
-struct KeySeed<F: 'static>(&'static [(&'static str, F)]);
+/// Reads one map key against a struct's table of known keys; `.1`: whether an unknown key
+/// is kept (for `extra`) or skipped.
+struct KeySeed<F: 'static>(&'static [(&'static str, F)], bool);
 
 impl<F: Copy> KeySeed<F> {
     fn find(&self, s: &str) -> Option<(usize, F)> {
@@ -334,14 +341,16 @@ impl<'de, F: Copy> Visitor<'de> for KeySeed<F> {
     fn visit_str<E: de::Error>(self, s: &str) -> Result<Key<F>, E> {
         Ok(match self.find(s) {
             Some((i, f)) => Key::Known(i, f),
-            None => Key::Other(s.to_owned()),
+            None if self.1 => Key::Other(s.to_owned()),
+            None => Key::Skipped,
         })
     }
 
     fn visit_string<E: de::Error>(self, s: String) -> Result<Key<F>, E> {
         Ok(match self.find(&s) {
             Some((i, f)) => Key::Known(i, f),
-            None => Key::Other(s),
+            None if self.1 => Key::Other(s),
+            None => Key::Skipped,
         })
     }
 
@@ -370,7 +379,7 @@ impl Seen {
 }
 
 /// A struct deserialized by [`ExtraMapVisitor`]: known keys in a table, unknown keys in an
-/// `extra` map.
+/// `extra` map (or, where [`ExtraMap::extra`] is `None`, skipped).
 trait ExtraMap: Default {
     /// What a known key is.
     type Tag: Copy + 'static;
@@ -378,7 +387,10 @@ trait ExtraMap: Default {
     const EXPECTING: &'static str;
     /// The known keys; a key's position is its bit in [`Seen`] (at most 32).
     const KEYS: &'static [(&'static str, Self::Tag)];
-    fn extra(&mut self) -> &mut Map<String, Value>;
+    /// Whether unknown keys are kept in [`ExtraMap::extra`].
+    const KEEPS_UNKNOWN: bool = true;
+    /// Where unknown keys go; `None` when they are not kept.
+    fn extra(&mut self) -> Option<&mut Map<String, Value>>;
     /// Reads the value of the known key `tag` into its field.
     fn read<'de, A: MapAccess<'de>>(&mut self, tag: Self::Tag, map: &mut A)
     -> Result<(), A::Error>;
@@ -398,7 +410,7 @@ impl<'de, T: ExtraMap> Visitor<'de> for ExtraMapVisitor<T> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<T, A::Error> {
         let mut out = T::default();
         let mut seen = Seen::default();
-        while let Some(key) = map.next_key_seed(KeySeed(T::KEYS))? {
+        while let Some(key) = map.next_key_seed(KeySeed(T::KEYS, T::KEEPS_UNKNOWN))? {
             match key {
                 Key::Known(i, tag) => {
                     seen.first(i, T::KEYS)?;
@@ -406,7 +418,12 @@ impl<'de, T: ExtraMap> Visitor<'de> for ExtraMapVisitor<T> {
                 }
                 Key::Other(k) => {
                     let v = map.next_value()?;
-                    out.extra().insert(k, v);
+                    if let Some(extra) = out.extra() {
+                        extra.insert(k, v);
+                    }
+                }
+                Key::Skipped => {
+                    map.next_value::<de::IgnoredAny>()?;
                 }
             }
         }
@@ -433,6 +450,7 @@ enum ChunkKey {
     Usage,
     SystemFingerprint,
     ServiceTier,
+    Error,
 }
 
 impl ExtraMap for ChatCompletionChunk {
@@ -445,10 +463,12 @@ impl ExtraMap for ChatCompletionChunk {
         ("usage", ChunkKey::Usage),
         ("system_fingerprint", ChunkKey::SystemFingerprint),
         ("service_tier", ChunkKey::ServiceTier),
+        ("error", ChunkKey::Error),
     ];
+    const KEEPS_UNKNOWN: bool = false;
 
-    fn extra(&mut self) -> &mut Map<String, Value> {
-        &mut self.extra
+    fn extra(&mut self) -> Option<&mut Map<String, Value>> {
+        None
     }
 
     fn read<'de, A: MapAccess<'de>>(&mut self, tag: ChunkKey, map: &mut A) -> Result<(), A::Error> {
@@ -459,6 +479,7 @@ impl ExtraMap for ChatCompletionChunk {
             ChunkKey::Usage => self.usage = map.next_value()?,
             ChunkKey::SystemFingerprint => self.system_fingerprint = map.next_value()?,
             ChunkKey::ServiceTier => self.service_tier = map.next_value()?,
+            ChunkKey::Error => self.error = map.next_value()?,
         }
         Ok(())
     }
@@ -494,8 +515,8 @@ impl ExtraMap for WireDelta {
         ("refusal", DeltaKey::Refusal),
     ];
 
-    fn extra(&mut self) -> &mut Map<String, Value> {
-        &mut self.extra
+    fn extra(&mut self) -> Option<&mut Map<String, Value>> {
+        Some(&mut self.extra)
     }
 
     fn read<'de, A: MapAccess<'de>>(&mut self, tag: DeltaKey, map: &mut A) -> Result<(), A::Error> {
@@ -536,8 +557,8 @@ impl ExtraMap for WireToolCallDelta {
         ("function", ToolCallKey::Function),
     ];
 
-    fn extra(&mut self) -> &mut Map<String, Value> {
-        &mut self.extra
+    fn extra(&mut self) -> Option<&mut Map<String, Value>> {
+        Some(&mut self.extra)
     }
 
     fn read<'de, A: MapAccess<'de>>(
@@ -584,8 +605,8 @@ impl ExtraMap for WireUsage {
         ),
     ];
 
-    fn extra(&mut self) -> &mut Map<String, Value> {
-        &mut self.extra
+    fn extra(&mut self) -> Option<&mut Map<String, Value>> {
+        Some(&mut self.extra)
     }
 
     fn read<'de, A: MapAccess<'de>>(&mut self, tag: UsageKey, map: &mut A) -> Result<(), A::Error> {
@@ -620,7 +641,13 @@ mod tests {
         }))
         .unwrap();
         assert!(c.choices.is_empty());
-        assert_eq!(c.extra["provider"], "p");
+        assert_eq!(c.error, None);
+        // A gateway's error in place of a chunk is kept; its other top-level keys are not.
+        let c: ChatCompletionChunk = serde_json::from_value(json!({
+            "object": "chat.completion.chunk", "error": {"code": 429, "message": "slow down"}
+        }))
+        .unwrap();
+        assert_eq!(c.error, Some(json!({"code": 429, "message": "slow down"})));
         let c: ChatCompletionChunk = serde_json::from_value(json!({
             "choices": [{"index": 0, "delta": {"content": "a", "reasoning_content": "r",
                           "tool_calls": null, "vendor": {"k": 1}}, "finish_reason": null}]
@@ -756,7 +783,9 @@ mod tests {
                     usage: c.usage.map(Into::into),
                     system_fingerprint: c.system_fingerprint,
                     service_tier: c.service_tier,
-                    extra: c.extra,
+                    // Of the unknown keys the derived type kept, the hand-written one keeps
+                    // `error` only (and reads `null` as none).
+                    error: c.extra.get("error").filter(|e| !e.is_null()).cloned(),
                 }
             }
         }
@@ -898,6 +927,9 @@ mod tests {
             // escaped keys and strings (parsed through serde_json's scratch buffer)
             r#"{"\u0069d":"a\"b\\c","ke\u00fd":"\ud83d\ude00","choices":[{"delta":
                 {"c\u006fntent":"x\ny","v\u00e9ndor":"\u00e9"}}]}"#,
+            // a gateway's error object (and a null one), among skipped keys
+            r#"{"object":"chat.completion.chunk","error":{"code":502,"message":"upstream"},"created":1}"#,
+            r#"{"error":null,"choices":[]}"#,
             // a repeated unknown key keeps its last value
             r#"{"x":1,"y":2,"x":3,"choices":[{"delta":{"v":1,"v":{"w":2}}}]}"#,
             r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"sig":"a","sig":"b"}]}}]}"#,
@@ -962,7 +994,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.id.as_deref(), Some("i"));
-        assert_eq!(c.extra.keys().collect::<Vec<_>>(), ["b", "a"]);
+        assert_eq!(c.error, None);
         let choice = &c.choices[0];
         assert_eq!(choice.finish_reason.as_deref(), Some("stop"));
         let delta = choice.delta.as_ref().unwrap();
@@ -990,6 +1022,9 @@ mod tests {
         assert_eq!(usage.extra["cost"], 0.5);
         let e = serde_json::from_str::<ChatCompletionChunk>(r#"{"choices":5}"#).unwrap_err();
         assert!(e.to_string().contains("invalid type"), "{e}");
+        // `error` is a known key now, so repeating it is an error like any known key's.
+        let e = serde_json::from_str::<ChatCompletionChunk>(r#"{"error":{},"error":1}"#);
+        assert!(e.is_err_and(|e| e.to_string().contains("duplicate field `error`")));
         let e = serde_json::from_str::<ChatCompletionChunk>(r#"{"id":"a","id":"b"}"#).unwrap_err();
         assert!(e.to_string().contains("duplicate field `id`"), "{e}");
     }
