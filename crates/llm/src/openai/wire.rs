@@ -387,9 +387,7 @@ trait ExtraMap: Default {
     const EXPECTING: &'static str;
     /// The known keys; a key's position is its bit in [`Seen`] (at most 32).
     const KEYS: &'static [(&'static str, Self::Tag)];
-    /// Whether unknown keys are kept in [`ExtraMap::extra`].
-    const KEEPS_UNKNOWN: bool = true;
-    /// Where unknown keys go; `None` when they are not kept.
+    /// Where unknown keys go; `None` when they are not kept (then not even copied).
     fn extra(&mut self) -> Option<&mut Map<String, Value>>;
     /// Reads the value of the known key `tag` into its field.
     fn read<'de, A: MapAccess<'de>>(&mut self, tag: Self::Tag, map: &mut A)
@@ -410,7 +408,8 @@ impl<'de, T: ExtraMap> Visitor<'de> for ExtraMapVisitor<T> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<T, A::Error> {
         let mut out = T::default();
         let mut seen = Seen::default();
-        while let Some(key) = map.next_key_seed(KeySeed(T::KEYS, T::KEEPS_UNKNOWN))? {
+        let keeps_unknown = out.extra().is_some();
+        while let Some(key) = map.next_key_seed(KeySeed(T::KEYS, keeps_unknown))? {
             match key {
                 Key::Known(i, tag) => {
                     seen.first(i, T::KEYS)?;
@@ -465,7 +464,6 @@ impl ExtraMap for ChatCompletionChunk {
         ("service_tier", ChunkKey::ServiceTier),
         ("error", ChunkKey::Error),
     ];
-    const KEEPS_UNKNOWN: bool = false;
 
     fn extra(&mut self) -> Option<&mut Map<String, Value>> {
         None
