@@ -21,12 +21,23 @@ use std::sync::Arc;
 pub(crate) const SNAPSHOT_FLOOR_BYTES: i64 = 4096;
 
 /// The writes of a step as stored: a JSON array of `[node, update]` pairs.
+///
+/// Serialized straight from the updates: the same text as [`writes_tree`]'s (a test
+/// compares them), without building that tree first.
 pub(crate) fn encode_writes(writes: &[(String, StateUpdate)]) -> String {
-    let list: Vec<Value> = writes
-        .iter()
-        .map(|(node, update)| Value::Array(vec![Value::String(node.clone()), update.to_value()]))
-        .collect();
-    Value::Array(list).to_string()
+    let pairs: Vec<(&str, &StateUpdate)> = writes.iter().map(|(n, u)| (n.as_str(), u)).collect();
+    // Not expected to fail (an update's maps have string keys); the tree never does.
+    serde_json::to_string(&pairs).unwrap_or_else(|_| writes_tree(writes).to_string())
+}
+
+/// The writes as a JSON tree, through [`StateUpdate::to_value`].
+fn writes_tree(writes: &[(String, StateUpdate)]) -> Value {
+    Value::Array(
+        writes
+            .iter()
+            .map(|(n, u)| Value::Array(vec![Value::String(n.clone()), u.to_value()]))
+            .collect(),
+    )
 }
 
 /// Parses stored writes into `(node, update JSON)` pairs.
@@ -245,6 +256,36 @@ mod tests {
             decode_writes_json("[[1, {}]]").unwrap_err(),
             "writes: expected [node, update]"
         );
+    }
+
+    #[test]
+    fn writes_text_is_the_trees_text() {
+        let mut ai = Message::ai("an \"answer\" ✓ \u{1} </script>").with_id("a1");
+        ai.tool_calls = vec![fawn_state::ToolCall {
+            id: Some("call_1".into()),
+            name: "present_files".into(),
+            args: serde_json::from_str(r#"{"filepaths": ["/x.md"], "n": 1.5e300, "z": null}"#)
+                .unwrap(),
+            extra: serde_json::Map::new(),
+        }];
+        ai.extra
+            .insert("custom".into(), serde_json::json!({"k": [1, "two"]}));
+        ai.response_metadata
+            .insert("model_name".into(), serde_json::json!("m"));
+        let tool = Message::tool("done", "call_1", Some("present_files".into())).with_id("t1");
+        let mut update = StateUpdate::messages(vec![ai, tool]);
+        update.title = Some(None);
+        update.artifacts = Some(vec!["/mnt/user-data/outputs/a.md".into()]);
+        update
+            .extra
+            .insert("other_channel".into(), serde_json::json!({"a": 1}));
+        let writes = vec![
+            ("model".to_string(), update),
+            ("tools".to_string(), StateUpdate::default()),
+            ("title".to_string(), human("h1", "")),
+        ];
+        assert_eq!(encode_writes(&writes), writes_tree(&writes).to_string());
+        assert_eq!(encode_writes(&[]), "[]");
     }
 
     #[test]

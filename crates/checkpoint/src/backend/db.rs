@@ -254,7 +254,7 @@ impl Arg {
     }
 
     pub fn json(v: &Value) -> Arg {
-        Arg::Json(Some(v.to_string()))
+        Arg::Json(Some(json_text(v)))
     }
 
     pub fn json_map(v: &JsonMap) -> Arg {
@@ -264,7 +264,7 @@ impl Arg {
     }
 
     pub fn opt_json(v: Option<&Value>) -> Arg {
-        Arg::Json(v.map(Value::to_string))
+        Arg::Json(v.map(json_text))
     }
 
     pub fn ts(t: DateTime<Utc>) -> Arg {
@@ -297,10 +297,17 @@ impl Arg {
     /// [`Arg::packed_json`] of an optional value.
     pub fn opt_packed_json(dialect: Dialect, v: Option<&Value>) -> Arg {
         match v {
-            Some(v) => Arg::packed_json(dialect, v.to_string()),
+            Some(v) => Arg::packed_json(dialect, json_text(v)),
             None => Arg::Json(None),
         }
     }
+}
+
+/// `v` as compact JSON text. The same text as `v.to_string()`, written straight into a
+/// buffer: `Display` goes through the formatter, one dynamic call per token.
+pub(crate) fn json_text(v: &Value) -> String {
+    // A `Value` always serializes: its map keys are strings.
+    serde_json::to_string(v).unwrap_or_else(|_| "null".to_string())
 }
 
 /// `text` packed, on SQLite only.

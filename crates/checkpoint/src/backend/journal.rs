@@ -86,7 +86,7 @@ fn window(b: &mut Binds, q: &EventQuery) -> (String, String, bool) {
 /// A row's content as stored: packed on SQLite when large (see `pack`; nothing in SQL
 /// looks into it).
 fn content_arg(dialect: Dialect, e: &NewRunEvent) -> Arg {
-    Arg::packed_json(dialect, e.content.to_string())
+    Arg::packed_json(dialect, super::db::json_text(&e.content))
 }
 
 /// The one-statement append: the run's rows after the thread's last `seq`, `RETURNING` the

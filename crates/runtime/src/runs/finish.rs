@@ -24,9 +24,19 @@ pub fn result_body(values: &Value, interrupts: Option<Value>) -> Bytes {
         (Some(interrupts), Value::Object(m)) => {
             let mut m = m.clone();
             m.insert("__interrupt__".into(), interrupts);
-            Bytes::from(Value::Object(m).to_string())
+            json_bytes(&Value::Object(m))
         }
-        _ => Bytes::from(values.to_string()),
+        _ => json_bytes(values),
+    }
+}
+
+/// `v` as compact JSON, the same text as its `Display` without the formatter's
+/// per-token dynamic calls (a run's whole state goes through here once per run).
+fn json_bytes(v: &Value) -> Bytes {
+    match serde_json::to_vec(v) {
+        Ok(b) => Bytes::from(b),
+        // A `Value` always serializes (its map keys are strings).
+        Err(_) => Bytes::from(v.to_string()),
     }
 }
 
