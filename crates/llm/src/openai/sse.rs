@@ -75,7 +75,14 @@ impl Stream for ChunkEvents {
 }
 
 fn parse_chunk(data: &[u8]) -> Result<ChatCompletionChunk, LlmError> {
-    serde_json::from_slice(data).map_err(|e| {
+    // Checked as UTF-8 once, so the parser does not check each of its ~20 strings again
+    // (`from_slice` validates every string it reads). Bytes that are not UTF-8 take the
+    // slice parser, for its error.
+    let parsed = match std::str::from_utf8(data) {
+        Ok(text) => serde_json::from_str(text),
+        Err(_) => serde_json::from_slice(data),
+    };
+    parsed.map_err(|e| {
         let content = String::from_utf8_lossy(data);
         let mut shown: String = content.chars().take(200).collect();
         if shown.len() < content.len() {
@@ -252,6 +259,23 @@ mod tests {
         match &got[1] {
             Err(LlmError::Malformed { message }) => {
                 assert!(message.contains("{not json}"), "{message}")
+            }
+            other => panic!("expected a malformed-chunk error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_chunk_is_parsed_from_utf8_and_bytes_that_are_not_are_malformed() {
+        let ok = parse_chunk("{\"id\":\"é🦌\",\"model\":\"m\\u00e9\"}".as_bytes());
+        let ok = ok.ok();
+        assert_eq!(ok.as_ref().and_then(|c| c.id.as_deref()), Some("é🦌"));
+        assert_eq!(ok.as_ref().and_then(|c| c.model.as_deref()), Some("mé"));
+        match parse_chunk(b"{\"id\":\"\xff\xfe\"}") {
+            Err(LlmError::Malformed { message }) => {
+                assert!(
+                    message.starts_with("invalid JSON from the provider"),
+                    "{message}"
+                )
             }
             other => panic!("expected a malformed-chunk error, got {other:?}"),
         }
