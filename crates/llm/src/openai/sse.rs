@@ -138,7 +138,7 @@ impl Parser {
                 self.after_cr = false;
             }
             let rest = &self.buf[self.pos..];
-            let end = rest.iter().position(|&b| b == b'\n' || b == b'\r')?;
+            let end = memchr::memchr2(b'\n', b'\r', rest)?;
             let line_start = self.pos;
             self.after_cr = rest[end] == b'\r';
             self.pos += end + 1;
