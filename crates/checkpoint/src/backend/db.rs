@@ -306,8 +306,8 @@ impl Arg {
 /// `v` as compact JSON text. The same text as `v.to_string()`, written straight into a
 /// buffer: `Display` goes through the formatter, one dynamic call per token.
 pub(crate) fn json_text(v: &Value) -> String {
-    // A `Value` always serializes: its map keys are strings.
-    serde_json::to_string(v).unwrap_or_else(|_| "null".to_string())
+    // A `Value` always serializes (its map keys are strings); were it not to, `Display`.
+    serde_json::to_string(v).unwrap_or_else(|_| v.to_string())
 }
 
 /// `text` packed, on SQLite only.
