@@ -101,7 +101,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// `v` as JSON in a buffer of its exact size: the run's log keeps every event until the
 /// run ends, and the serializer's doubling would otherwise keep up to twice the bytes.
-fn to_bytes<T: Serialize + ?Sized>(v: &T) -> Bytes {
+pub(crate) fn to_bytes<T: Serialize + ?Sized>(v: &T) -> Bytes {
     match serde_json::to_vec(v) {
         Ok(mut b) => {
             b.shrink_to_fit();

@@ -6,7 +6,7 @@
 
 use super::{Attempt, StopReason, latest_checkpoint, state_value};
 use crate::hooks::Point;
-use crate::observer::{Observer, interrupts_wire};
+use crate::observer::{Observer, interrupts_wire, to_bytes};
 use crate::runtime::{Runtime, RuntimeHandle};
 use crate::webhook;
 use bytes::Bytes;
@@ -24,19 +24,9 @@ pub fn result_body(values: &Value, interrupts: Option<Value>) -> Bytes {
         (Some(interrupts), Value::Object(m)) => {
             let mut m = m.clone();
             m.insert("__interrupt__".into(), interrupts);
-            json_bytes(&Value::Object(m))
+            to_bytes(&Value::Object(m))
         }
-        _ => json_bytes(values),
-    }
-}
-
-/// `v` as compact JSON, the same text as its `Display` without the formatter's
-/// per-token dynamic calls (a run's whole state goes through here once per run).
-fn json_bytes(v: &Value) -> Bytes {
-    match serde_json::to_vec(v) {
-        Ok(b) => Bytes::from(b),
-        // A `Value` always serializes (its map keys are strings).
-        Err(_) => Bytes::from(v.to_string()),
+        _ => to_bytes(values),
     }
 }
 
