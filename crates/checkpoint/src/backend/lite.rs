@@ -11,14 +11,15 @@
 //!
 //! **Group commit.** A commit writes every page the transaction touched to the WAL, which
 //! is most of a small write's cost. When other writes are already queued for the writer, a
-//! finishing transaction does not commit on its own: it releases its savepoint inside the
-//! open group transaction, hands the writer on, and waits until the group is committed by
+//! finishing transaction does not commit on its own: it stays inside the open group
+//! transaction, hands the writer on, and waits until the group is committed by
 //! the last member (the one that finds nobody waiting, or the group full). Its caller only
 //! hears "committed" once the group's `COMMIT` has succeeded, so nothing acknowledged can be
 //! lost; if the group fails, every member gets a transient error and its operation is
-//! retried. Each member runs inside its own savepoint, so one member's failure rolls back
-//! only its own changes. A member whose committer vanished (a waiting task dropped) commits
-//! the group itself after a short wait.
+//! retried. Each member after the first runs inside its own savepoint, so one member's
+//! failure rolls back only its own changes; the first is alone in the transaction until it
+//! hands the writer on, so it rolls back the transaction itself. A member whose committer
+//! vanished (a waiting task dropped) commits the group itself after a short wait.
 
 use super::db::{Arg, DbErr, DbResult, Sql};
 use rusqlite::types::{Value as LiteValue, ValueRef};
@@ -417,9 +418,10 @@ impl Lite {
     }
 
     /// Joins (or opens) the group transaction on the writer, inside a savepoint of its
-    /// own; the transaction holds the writer until commit or drop. An `urgent` transaction
-    /// (someone is waiting on it, such as a client for its run's first event) commits the
-    /// group as soon as it is done instead of handing the writer on.
+    /// own unless it opens the group; the transaction holds the writer until commit or
+    /// drop. An `urgent` transaction (someone is waiting on it, such as a client for its
+    /// run's first event) commits the group as soon as it is done instead of handing the
+    /// writer on.
     pub async fn begin(&self, urgent: bool) -> DbResult<LiteTx> {
         let mut guard = self.lock_writer().await?;
         let w = &mut *guard;
@@ -443,10 +445,13 @@ impl Lite {
                 g
             }
         };
-        if let Err(e) = cached(conn, "SAVEPOINT member") {
-            if group.members == 0 {
-                finish_group(w, &self.shared);
-            }
+        // The group's first member is alone in its transaction (others join only after it
+        // hands the writer on), so rolling it back is rolling the transaction back: it
+        // needs no savepoint. Inside one, SQLite copies every page a member first touches
+        // into the sub-journal (a 4 KiB copy and allocations per page), whether or not the
+        // member ever rolls back.
+        let savepoint = group.members > 0;
+        if savepoint && let Err(e) = cached(conn, "SAVEPOINT member") {
             return Err(e);
         }
         if let Some(g) = w.open.as_mut() {
@@ -455,6 +460,7 @@ impl Lite {
         Ok(LiteTx {
             guard: Some(guard),
             group: group.id,
+            savepoint,
             urgent,
             shared: self.shared.clone(),
             writer: self.writer.clone(),
@@ -634,6 +640,8 @@ fn outcome(shared: &Shared, id: u64) -> DbResult<()> {
 pub(crate) struct LiteTx {
     guard: Option<OwnedMutexGuard<Writer>>,
     group: u64,
+    /// Runs inside savepoint `member` (every member but the group's first).
+    savepoint: bool,
     urgent: bool,
     shared: Arc<Shared>,
     writer: Arc<AsyncMutex<Writer>>,
@@ -652,10 +660,20 @@ impl LiteTx {
         run(self.conn()?, &sql)
     }
 
-    /// Releases this member's savepoint, then either commits the group (nobody waiting,
-    /// or the group full) or hands the writer on and waits for the group's commit.
+    /// Releases this member's savepoint (if it has one), then either commits the group
+    /// (nobody waiting, or the group full) or hands the writer on and waits for the
+    /// group's commit.
     pub async fn commit(mut self) -> DbResult<()> {
-        cached(self.conn()?, "RELEASE member")?;
+        let conn = self.conn()?;
+        if self.savepoint {
+            cached(conn, "RELEASE member")?;
+        } else if conn.is_autocommit() {
+            // The database rolled the transaction back (disk full, I/O): nothing of this
+            // member is left to commit (a member in a savepoint learns it from RELEASE).
+            return Err(DbErr::GroupFailed(
+                "the transaction was rolled back by the database".into(),
+            ));
+        }
         let Some(mut guard) = self.guard.take() else {
             return Err(closed());
         };
@@ -700,9 +718,21 @@ impl Drop for LiteTx {
         };
         if let Some(conn) = guard.conn.as_ref()
             && !conn.is_autocommit()
-            && let Err(e) = conn.execute_batch("ROLLBACK TO member; RELEASE member")
         {
-            tracing::warn!(error = %e, "rolling back an abandoned SQLite transaction failed");
+            if self.savepoint {
+                if let Err(e) = conn.execute_batch("ROLLBACK TO member; RELEASE member") {
+                    tracing::warn!(error = %e, "rolling back an abandoned SQLite transaction failed");
+                }
+            } else {
+                // The group's first member: the transaction holds nothing else.
+                if let Err(e) = conn.execute_batch("ROLLBACK") {
+                    tracing::warn!(error = %e, "rolling back an abandoned SQLite transaction failed");
+                }
+                if guard.open.is_some_and(|g| g.id == self.group) {
+                    guard.open = None;
+                    self.shared.finished.send_replace(self.group);
+                }
+            }
         }
         // Whatever other members left in the group must not wait for a committer that
         // will not come.
@@ -1185,13 +1215,47 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn only_members_after_the_first_pay_for_a_savepoint() {
+        let (_dir, lite, mut a) = writer_holding_a(false).await;
+        assert!(!a.savepoint);
+        // No savepoint `member` exists to release in the group's first member.
+        assert!(a.run(Sql::new("RELEASE member")).is_err());
+        let b = spawn_queued(&lite, |lite| async move {
+            let mut tx = lite.begin(false).await?;
+            let joined = tx.savepoint;
+            tx.run(insert("b"))?;
+            tx.commit().await.map(|()| joined)
+        })
+        .await;
+        a.commit().await.unwrap();
+        assert!(
+            b.await.unwrap().unwrap(),
+            "the second member joined inside a savepoint"
+        );
+        assert_eq!(count(&lite, "a") + count(&lite, "b"), 2);
+    }
+
+    #[tokio::test]
+    async fn a_dropped_first_member_takes_its_group_with_it_and_the_queue_goes_on() {
+        // `a` opens the group (no savepoint: it is alone in the transaction).
+        let (_dir, lite, a) = writer_holding_a(false).await;
+        let b = queue_write_b(&lite).await;
+        drop(a);
+        // `b` runs in a group of its own, not inside the rolled-back one.
+        b.await.unwrap().unwrap();
+        assert_eq!(count(&lite, "a"), 0);
+        assert_eq!(count(&lite, "b"), 1);
+        assert!(lite.writer.lock().await.open.is_none());
+    }
+
+    #[tokio::test]
     async fn a_group_the_database_rolled_back_is_not_joined() {
         let (_dir, lite, mut a) = writer_holding_a(false).await;
         // What SQLite does on some errors (disk full, I/O): the transaction is gone.
         a.run(Sql::new("ROLLBACK")).unwrap();
         let b = queue_write_b(&lite).await;
-        // Its savepoint went with it.
-        assert!(matches!(a.commit().await, Err(DbErr::Lite(_))));
+        // The group's transaction went with it: `a` (its first member) is told so.
+        assert!(matches!(a.commit().await, Err(DbErr::GroupFailed(_))));
         // `b` starts a new group instead of writing outside any transaction and then
         // being told its (long gone) group failed.
         b.await.unwrap().unwrap();
