@@ -756,6 +756,7 @@ impl Anthropic {
             conv,
             first_timeout: self.settings.timeout,
             chunk_timeout: self.settings.stream_chunk_timeout,
+            idle: Default::default(),
             started: false,
             done: false,
         };
@@ -782,6 +783,7 @@ struct StreamState {
     conv: Converter,
     first_timeout: Duration,
     chunk_timeout: Duration,
+    idle: crate::idle::IdleTimer,
     started: bool,
     done: bool,
 }
@@ -797,7 +799,7 @@ impl StreamState {
             } else {
                 self.first_timeout
             };
-            let item = match tokio::time::timeout(wait, self.events.next()).await {
+            let item = match self.idle.within(wait, self.events.next()).await {
                 Err(_) => Some(Err(LlmError::Timeout {
                     message: format!("no stream event within {:.1}s", wait.as_secs_f64()),
                 })),

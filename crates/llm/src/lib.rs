@@ -14,6 +14,7 @@ pub mod content;
 pub mod demo;
 pub mod error;
 pub mod gemini;
+mod idle;
 pub mod observed;
 pub mod ollama;
 pub mod openai;

@@ -32,6 +32,7 @@ struct Driver<F: Fold> {
     fold: F,
     first_timeout: Duration,
     chunk_timeout: Duration,
+    idle: crate::idle::IdleTimer,
     started: bool,
     done: bool,
 }
@@ -47,7 +48,7 @@ impl<F: Fold> Driver<F> {
             } else {
                 self.first_timeout
             };
-            let item = match tokio::time::timeout(wait, self.events.next()).await {
+            let item = match self.idle.within(wait, self.events.next()).await {
                 Err(_) => Err(LlmError::Timeout {
                     message: format!("no stream event within {:.1}s", wait.as_secs_f64()),
                 }),
@@ -91,6 +92,7 @@ pub(crate) async fn start<F: Fold>(
         fold,
         first_timeout,
         chunk_timeout,
+        idle: Default::default(),
         started: false,
         done: false,
     };

@@ -256,6 +256,7 @@ impl OpenAiCompatible {
             conv,
             first_timeout: timeout,
             chunk_timeout: self.settings.stream_chunk_timeout,
+            idle: Default::default(),
             started: false,
             done: false,
         };
@@ -310,6 +311,7 @@ struct StreamState {
     conv: Converter,
     first_timeout: Duration,
     chunk_timeout: Duration,
+    idle: crate::idle::IdleTimer,
     started: bool,
     done: bool,
 }
@@ -325,7 +327,7 @@ impl StreamState {
             } else {
                 self.first_timeout
             };
-            match tokio::time::timeout(wait, self.inner.next()).await {
+            match self.idle.within(wait, self.inner.next()).await {
                 Err(_) => {
                     self.done = true;
                     let what = if self.started {
