@@ -496,7 +496,7 @@ impl SqlStore {
     async fn insert_chain_once(&self, chain: &[Prepared]) -> DbResult<()> {
         let mut tx = self.db.begin().await?;
         for p in chain {
-            let inserted = tx.exec(self.insert_sql(p)).await? > 0;
+            let inserted = self.insert_in(&mut tx, p).await?;
             if !inserted && p.parent_id.is_some() && tx.opt(stored_sql(p)).await?.is_none() {
                 return Err(parent_missing(p));
             }
@@ -557,7 +557,40 @@ impl SqlStore {
     /// Inserts one checkpoint; false when nothing was inserted (its parent is gone, or
     /// this very insert already committed before a retry).
     async fn insert_one(&self, p: &Prepared) -> DbResult<bool> {
+        if self.dialect() == Dialect::Sqlite && p.parent_id.is_some() {
+            let mut tx = self.db.begin().await?;
+            let inserted = self.insert_in(&mut tx, p).await?;
+            tx.commit().await?;
+            return Ok(inserted);
+        }
         Ok(self.db.write_exec(self.insert_sql(p)).await? > 0)
+    }
+
+    /// Inserts one checkpoint inside `tx`, as [`SqlStore::insert_one`] does. On SQLite a
+    /// child goes in as a lookup of its parent and then a one-row `INSERT … VALUES`: the
+    /// single statement `INSERT … SELECT … WHERE EXISTS` is a multi-row write to SQLite,
+    /// which inside a transaction copies every page it touches into a statement journal
+    /// (the lookup runs under the writer lock, so nothing deletes the parent in between).
+    async fn insert_in(&self, tx: &mut Tx, p: &Prepared) -> DbResult<bool> {
+        if self.dialect() == Dialect::Sqlite
+            && let Some(parent) = &p.parent_id
+        {
+            let found = tx
+                .opt(
+                    Sql::new(concat!(
+                        "SELECT 1 AS found FROM checkpoints WHERE thread_id = $1 ",
+                        "AND checkpoint_ns = $2 AND checkpoint_id = $3"
+                    ))
+                    .bind(p.thread_id.as_str())
+                    .bind(p.ns.as_str())
+                    .bind(parent.as_str()),
+                )
+                .await?;
+            if found.is_none() {
+                return Ok(false);
+            }
+        }
+        Ok(tx.exec(self.insert_sql(p)).await? > 0)
     }
 
     /// The statement inserting one checkpoint.
@@ -566,19 +599,13 @@ impl SqlStore {
         // lock on it until commit), so a write racing a rollback of the parent's run fails
         // instead of leaving a delta that cannot be replayed. `ON CONFLICT DO NOTHING`: ids
         // are unique, so a conflict is this very insert retried after a lost commit.
+        // (SQLite looks the parent up first: `SqlStore::insert_in`.)
         let sql = match (&p.parent_id, self.dialect()) {
-            (None, _) => concat!(
+            (None, _) | (Some(_), Dialect::Sqlite) => concat!(
                 "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, ",
                 "run_id, metadata, writes, snapshot, snap_bytes, delta_bytes, next, tasks, ",
                 "created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) ",
                 "ON CONFLICT DO NOTHING"
-            ),
-            (Some(_), Dialect::Sqlite) => concat!(
-                "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_id, ",
-                "run_id, metadata, writes, snapshot, snap_bytes, delta_bytes, next, tasks, ",
-                "created_at) SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 ",
-                "WHERE EXISTS (SELECT 1 FROM checkpoints WHERE thread_id = $1 ",
-                "AND checkpoint_ns = $2 AND checkpoint_id = $4) ON CONFLICT DO NOTHING"
             ),
             (Some(_), Dialect::Postgres) => concat!(
                 "WITH parent AS (SELECT 1 FROM checkpoints WHERE thread_id = $1 ",
