@@ -156,13 +156,14 @@ async fn finish_in(
     values: Arg,
     now: DateTime<Utc>,
 ) -> DbResult<Run> {
-    let row = tx
-        .opt(
+    // The update, then the row read back: on SQLite an `UPDATE … RETURNING` is a
+    // multi-row write, whose every touched page is copied into a statement journal.
+    let updated = tx
+        .exec(
             Sql::new(concat!(
                 "UPDATE runs SET status = $3, error = $4, stop_reason = $5, owner = NULL, ",
                 "lease_expires_at = NULL, updated_at = $6 WHERE run_id = $1 AND owner = $2 ",
-                "AND status = 'running' RETURNING ",
-                run_cols!()
+                "AND status = 'running'"
             ))
             .bind(run_id)
             .bind(worker_id)
@@ -170,6 +171,19 @@ async fn finish_in(
             .arg(Arg::opt_json(outcome.error.as_ref()))
             .bind(outcome.stop_reason.clone())
             .arg(Arg::ts(now)),
+        )
+        .await?;
+    if updated == 0 {
+        return Err(not_owned(run_id, worker_id));
+    }
+    let row = tx
+        .opt(
+            Sql::new(concat!(
+                "SELECT ",
+                run_cols!(),
+                " FROM runs WHERE run_id = $1"
+            ))
+            .bind(run_id),
         )
         .await?
         .ok_or_else(|| not_owned(run_id, worker_id))?;
@@ -240,18 +254,19 @@ impl SqlStore {
         // Urgent: the client's first event (and its response) waits on this commit.
         let mut tx = self.db.begin_urgent().await?;
         // Mark the thread busy (creating it if asked): this also takes its row lock, so
-        // the in-flight runs read next are the committed ones.
+        // the in-flight runs read next are the committed ones. No `RETURNING` in this
+        // transaction's writes: on SQLite it makes a write multi-row, and every page such
+        // a write touches is copied into a statement journal.
         let thread = match &run.create_thread_if_missing {
             Some(metadata) => {
-                tx.opt(
+                tx.exec(
                     Sql::new(concat!(
                         "INSERT INTO threads (thread_id, created_at, updated_at, state_updated_at, ",
                         "metadata, status, config, state_values, interrupts, error, has_next) ",
                         "VALUES ($1, $2, $2, $2, $3, 'busy', $4, NULL, $4, NULL, FALSE) ",
                         "ON CONFLICT (thread_id) DO UPDATE SET status = 'busy', updated_at = $2, ",
                         "expires_at = CASE WHEN threads.ttl_minutes IS NULL THEN threads.expires_at ",
-                        "ELSE $2 + CAST(threads.ttl_minutes * 60000000 AS BIGINT) END ",
-                        "RETURNING thread_id"
+                        "ELSE $2 + CAST(threads.ttl_minutes * 60000000 AS BIGINT) END"
                     ))
                     .bind(run.thread_id.as_str())
                     .arg(Arg::ts(now))
@@ -261,11 +276,11 @@ impl SqlStore {
                 .await?
             }
             None => {
-                tx.opt(
+                tx.exec(
                     Sql::new(concat!(
                         "UPDATE threads SET status = 'busy', updated_at = $2, ",
                         refresh_expiry!("$2"),
-                        " WHERE thread_id = $1 RETURNING thread_id"
+                        " WHERE thread_id = $1"
                     ))
                     .bind(run.thread_id.as_str())
                     .arg(Arg::ts(now)),
@@ -273,7 +288,7 @@ impl SqlStore {
                 .await?
             }
         };
-        if thread.is_none() {
+        if thread == 0 {
             return Err(thread_not_found(&run.thread_id));
         }
         let inflight = tx
@@ -303,8 +318,7 @@ impl SqlStore {
             "INSERT INTO runs (run_id, thread_id, assistant_id, created_at, updated_at, ",
             "status, metadata, kwargs, multitask_strategy, attempt, available_at, owner, ",
             "lease_expires_at) ",
-            "VALUES ($1, $2, $3, $4, $4, $9, $5, $6, $7, $10, $8, $11, $12) RETURNING ",
-            run_cols!()
+            "VALUES ($1, $2, $3, $4, $4, $9, $5, $6, $7, $10, $8, $11, $12)"
         ));
         let status = if claim.is_some() {
             "running"
@@ -316,16 +330,26 @@ impl SqlStore {
             .arg(Arg::Int(Some(i64::from(claim.is_some()))))
             .arg(Arg::Text(claim.map(|c| c.worker_id.clone())))
             .arg(Arg::opt_ts(claim.map(|c| lease_until(now, c.lease))));
-        let row = match tx.opt(sql).await {
-            Ok(Some(row)) => row,
-            Ok(None) => return Err(DbErr::corrupt("INSERT … RETURNING returned no row")),
+        match tx.exec(sql).await {
+            Ok(_) => {}
             Err(e) if e.is_unique_violation() => {
                 return Err(DbErr::conflict(format!(
                     "Run with ID {run_id} already exists"
                 )));
             }
             Err(e) => return Err(e),
-        };
+        }
+        let row = tx
+            .opt(
+                Sql::new(concat!(
+                    "SELECT ",
+                    run_cols!(),
+                    " FROM runs WHERE run_id = $1"
+                ))
+                .bind(run_id),
+            )
+            .await?
+            .ok_or_else(|| DbErr::corrupt("a run just inserted cannot be read back"))?;
         let inserted = run_from_row(&row)?;
         // The creation answers with the run as a pending run either way.
         let (created, claimed) = if claim.is_some() {

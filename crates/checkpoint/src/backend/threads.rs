@@ -122,31 +122,36 @@ pub(crate) async fn apply_summary(
     let mut metadata = row.map("metadata")?;
     merge_shallow(&mut metadata, &summary.metadata);
     let has_next = summary_has_next(summary);
-    tx.opt(
-        Sql::new(concat!(
-            "UPDATE threads SET state_values = COALESCE($2, state_values), ",
-            "state_updated_at = CASE WHEN $2 IS NULL THEN state_updated_at ELSE $3 END, ",
-            "interrupts = $4, has_next = $5, error = $6, metadata = $7, ",
-            "config = COALESCE($8, config), updated_at = $3, ",
-            refresh_expiry!("$3"),
-            ", status = CASE WHEN EXISTS (SELECT 1 FROM runs WHERE runs.thread_id = $1 ",
-            "AND runs.status IN ('pending', 'running')) THEN 'busy' ",
-            "WHEN $6 IS NOT NULL THEN 'error' WHEN $5 THEN 'interrupted' ELSE 'idle' END ",
-            // Not the whole row: parsing back the values just written cost more than
-            // the update (a run's end); `set_thread_summary` reads the thread itself.
-            "WHERE thread_id = $1 RETURNING thread_id"
-        ))
-        .bind(thread_id)
-        .arg(values)
-        .arg(Arg::ts(now))
-        .arg(Arg::json_map(&summary.interrupts))
-        .bind(has_next)
-        .arg(Arg::opt_json(summary.error.as_ref()))
-        .arg(Arg::json_map(&metadata))
-        .arg(summary_config(summary)),
-    )
-    .await?
-    .ok_or_else(|| thread_not_found(thread_id))?;
+    let updated = tx
+        .exec(
+            Sql::new(concat!(
+                "UPDATE threads SET state_values = COALESCE($2, state_values), ",
+                "state_updated_at = CASE WHEN $2 IS NULL THEN state_updated_at ELSE $3 END, ",
+                "interrupts = $4, has_next = $5, error = $6, metadata = $7, ",
+                "config = COALESCE($8, config), updated_at = $3, ",
+                refresh_expiry!("$3"),
+                ", status = CASE WHEN EXISTS (SELECT 1 FROM runs WHERE runs.thread_id = $1 ",
+                "AND runs.status IN ('pending', 'running')) THEN 'busy' ",
+                "WHEN $6 IS NOT NULL THEN 'error' WHEN $5 THEN 'interrupted' ELSE 'idle' END ",
+                // Nothing read back: parsing the values just written cost more than the
+                // update (a run's end; `set_thread_summary` reads the thread itself), and on
+                // SQLite a `RETURNING` makes the update a multi-row write, whose every touched
+                // page is copied into a statement journal.
+                "WHERE thread_id = $1"
+            ))
+            .bind(thread_id)
+            .arg(values)
+            .arg(Arg::ts(now))
+            .arg(Arg::json_map(&summary.interrupts))
+            .bind(has_next)
+            .arg(Arg::opt_json(summary.error.as_ref()))
+            .arg(Arg::json_map(&metadata))
+            .arg(summary_config(summary)),
+        )
+        .await?;
+    if updated == 0 {
+        return Err(thread_not_found(thread_id));
+    }
     Ok(())
 }
 
