@@ -1,6 +1,6 @@
 //! [`ThreadStore`]: threads, their derived status, copy, prune and TTL.
 
-use super::db::{Arg, DbErr, DbResult, Sql, Tx, retry};
+use super::db::{Arg, DbErr, DbResult, Dialect, Sql, Tx, retry};
 use super::{
     Select, SqlStore, Where, checkpoints, dir, lock_thread, prune_strategy_str, thread_cols,
     thread_from_row, thread_not_found,
@@ -176,26 +176,50 @@ impl SqlStore {
     async fn create_thread_once(&self, thread: &NewThread, id: &str) -> DbResult<Thread> {
         validate_ttl(&thread.ttl)?;
         let now = ids::now();
-        let row = self
-            .db
-            .write_opt(
-                Sql::new(concat!(
+        macro_rules! insert {
+            () => {
+                concat!(
                     "INSERT INTO threads (thread_id, created_at, updated_at, state_updated_at, ",
                     "metadata, status, config, state_values, interrupts, error, has_next, ",
                     "ttl_minutes, ttl_strategy, expires_at) ",
                     "VALUES ($1, $2, $2, $2, $3, 'idle', $4, NULL, $4, NULL, FALSE, $5, $6, $7) ",
-                    "ON CONFLICT (thread_id) DO NOTHING RETURNING ",
-                    thread_cols!()
-                ))
-                .bind(id)
+                    "ON CONFLICT (thread_id) DO NOTHING"
+                )
+            };
+        }
+        let args = |sql: Sql| {
+            sql.bind(id)
                 .arg(Arg::ts(now))
                 .arg(Arg::json_map(&thread.metadata))
                 .arg(Arg::Json(Some("{}".to_string())))
                 .bind(thread.ttl.as_ref().map(|t| t.minutes))
                 .bind(thread.ttl.as_ref().map(|t| prune_strategy_str(t.strategy)))
-                .arg(Arg::opt_ts(expires(&thread.ttl, now))),
-            )
-            .await?;
+                .arg(Arg::opt_ts(expires(&thread.ttl, now)))
+        };
+        let row = match self.dialect() {
+            // One round trip.
+            Dialect::Postgres => {
+                self.db
+                    .write_opt(args(Sql::new(concat!(
+                        insert!(),
+                        " RETURNING ",
+                        thread_cols!()
+                    ))))
+                    .await?
+            }
+            // The row read back by key: a `RETURNING` would make the insert a multi-row
+            // write, whose touched pages SQLite first copies into a statement journal.
+            Dialect::Sqlite => {
+                let mut tx = self.db.begin().await?;
+                let row = if tx.exec(args(Sql::new(insert!()))).await? > 0 {
+                    tx.opt(Sql::new(SELECT_THREAD).bind(id)).await?
+                } else {
+                    None
+                };
+                tx.commit().await?;
+                row
+            }
+        };
         if let Some(row) = row {
             return thread_from_row(&row);
         }
