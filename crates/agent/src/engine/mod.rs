@@ -185,6 +185,9 @@ pub(crate) struct Loop<'a> {
     last_written: Option<(i64, Vec<String>, Vec<Interrupt>)>,
     /// Pending questions raised in this run (clarification).
     interrupts: Vec<Interrupt>,
+    /// Task ids already derived, `(step, node, id)`: a checkpoint names its next tasks,
+    /// and the step that runs them needs the same ids (each a SHA-1).
+    task_ids: Vec<(i64, String, String)>,
 }
 
 impl<'a> Loop<'a> {
@@ -206,6 +209,7 @@ impl<'a> Loop<'a> {
             step: start_step,
             last_written: None,
             interrupts: Vec::new(),
+            task_ids: Vec::new(),
         }
     }
 
@@ -753,9 +757,20 @@ impl<'a> Loop<'a> {
     }
 
     /// A stable task id for `node` at `step` of this thread.
-    fn task_id(&self, step: i64, node: &str) -> String {
+    fn task_id(&mut self, step: i64, node: &str) -> String {
+        if let Some((_, _, id)) = self
+            .task_ids
+            .iter()
+            .find(|(s, n, _)| *s == step && n == node)
+        {
+            return id.clone();
+        }
         let key = format!("{}|{step}|{node}", self.ctx.thread_id);
-        uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, key.as_bytes()).to_string()
+        let id = uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, key.as_bytes()).to_string();
+        // Only the current and the next step are asked for again.
+        self.task_ids.retain(|(s, _, _)| *s >= step - 1);
+        self.task_ids.push((step, node.to_string(), id.clone()));
+        id
     }
 
     /// Run metadata plus LangGraph's node context, for `messages` events.
