@@ -131,6 +131,16 @@ async fn end_cancelled(
     }
 }
 
+/// A run's row by its id.
+fn run_by_id(run_id: &str) -> Sql {
+    Sql::new(concat!(
+        "SELECT ",
+        run_cols!(),
+        " FROM runs WHERE run_id = $1"
+    ))
+    .bind(run_id)
+}
+
 /// Binds `$1…$8` of a new run's insert: id, thread, assistant, now, metadata, kwargs,
 /// multitask strategy, available-at. The kwargs (the run's input and config, the bulk of
 /// a run row) are packed on SQLite (see `pack`), before the caller takes the writer.
@@ -177,14 +187,7 @@ async fn finish_in(
         return Err(not_owned(run_id, worker_id));
     }
     let row = tx
-        .opt(
-            Sql::new(concat!(
-                "SELECT ",
-                run_cols!(),
-                " FROM runs WHERE run_id = $1"
-            ))
-            .bind(run_id),
-        )
+        .opt(run_by_id(run_id))
         .await?
         .ok_or_else(|| not_owned(run_id, worker_id))?;
     let run = run_from_row(&row)?;
@@ -340,14 +343,7 @@ impl SqlStore {
             Err(e) => return Err(e),
         }
         let row = tx
-            .opt(
-                Sql::new(concat!(
-                    "SELECT ",
-                    run_cols!(),
-                    " FROM runs WHERE run_id = $1"
-                ))
-                .bind(run_id),
-            )
+            .opt(run_by_id(run_id))
             .await?
             .ok_or_else(|| DbErr::corrupt("a run just inserted cannot be read back"))?;
         let inserted = run_from_row(&row)?;
@@ -442,14 +438,7 @@ impl SqlStore {
 
     async fn get_run_once(&self, run_id: &str) -> DbResult<Option<Run>> {
         self.db
-            .read_opt(
-                Sql::new(concat!(
-                    "SELECT ",
-                    run_cols!(),
-                    " FROM runs WHERE run_id = $1"
-                ))
-                .bind(run_id),
-            )
+            .read_opt(run_by_id(run_id))
             .await?
             .as_ref()
             .map(run_from_row)
