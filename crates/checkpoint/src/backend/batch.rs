@@ -116,25 +116,40 @@ mod tests {
 
     type Log<T> = Arc<Mutex<Vec<Vec<T>>>>;
 
-    /// Spawns a submit of `item` whose batch execution records its items in `log`, takes
-    /// 5 ms and answers each item with `answer`.
+    /// Returns once `n` items wait in `b`'s queue.
+    async fn queued<T, R>(b: &Batcher<T, R>, n: usize) {
+        while b.lock().len() < n {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// Returns once `log` holds `n` batches.
+    async fn logged<T>(log: &Log<T>, n: usize) {
+        while log.lock().unwrap().len() < n {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// Spawns a submit of `item` whose batch execution records its items in `log`, waits
+    /// for `gate` to open and answers each item with `answer`.
     fn spawn_recorded<T, R>(
         b: &Arc<Batcher<T, R>>,
         item: T,
         log: &Log<T>,
+        gate: &tokio::sync::watch::Receiver<bool>,
         answer: fn(&T) -> R,
     ) -> tokio::task::JoinHandle<DbResult<R>>
     where
         T: Clone + Send + Sync + 'static,
         R: Send + 'static,
     {
-        let (b, log) = (b.clone(), log.clone());
+        let (b, log, gate) = (b.clone(), log.clone(), gate.clone());
         tokio::spawn(async move {
             b.submit(item, |items| {
-                let log = log.clone();
+                let (log, mut gate) = (log.clone(), gate.clone());
                 async move {
                     log.lock().unwrap().push(items.clone());
-                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    let _ = gate.wait_for(|open| *open).await;
                     items.iter().map(|i| Ok(answer(i))).collect()
                 }
             })
@@ -142,37 +157,51 @@ mod tests {
         })
     }
 
+    /// Submits `items` in order: the first runs alone and holds the one slot until every
+    /// other item is queued behind it. Returns the batches, in the order they ran.
+    async fn batches_of<T>(b: Batcher<T, T>, items: Vec<T>) -> Vec<Vec<T>>
+    where
+        T: Clone + PartialEq + std::fmt::Debug + Send + Sync + 'static,
+    {
+        let b = Arc::new(b);
+        let log: Log<T> = Arc::default();
+        let (open, gate) = tokio::sync::watch::channel(false);
+        let mut tasks = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            tasks.push(spawn_recorded(&b, item.clone(), &log, &gate, T::clone));
+            if i == 0 {
+                logged(&log, 1).await;
+            } else {
+                queued(&b, i).await;
+            }
+        }
+        open.send_replace(true);
+        for (t, item) in tasks.into_iter().zip(items) {
+            assert_eq!(t.await.unwrap().ok(), Some(item));
+        }
+        log.lock().unwrap().clone()
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_writes_share_batches_and_each_gets_its_own_result() {
-        let b: Arc<Batcher<u32, u32>> = Arc::new(Batcher::new(1, 64, 1 << 20, |_| 1));
-        let log: Log<u32> = Arc::default();
-        let tasks: Vec<_> = (0..40u32)
-            .map(|i| spawn_recorded(&b, i, &log, |i| i + 1000))
-            .collect();
-        for (i, t) in tasks.into_iter().enumerate() {
-            assert_eq!(t.await.unwrap().ok(), Some(i as u32 + 1000));
-        }
-        let n = log.lock().unwrap().len();
-        assert!(n < 40, "40 writes took {n} batches");
+        let batches = batches_of(Batcher::new(1, 64, 1 << 20, |_| 1), (0..40u32).collect()).await;
+        // The first alone, then the 39 that queued behind it in one batch.
+        let sizes: Vec<usize> = batches.iter().map(Vec::len).collect();
+        assert_eq!(sizes, [1, 39], "{batches:?}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn batches_respect_the_count_and_size_limits() {
-        let b: Arc<Batcher<usize, ()>> = Arc::new(Batcher::new(1, 3, 100, |w| *w));
-        let sizes: Log<usize> = Arc::default();
-        let mut tasks = Vec::new();
-        for w in [10, 10, 10, 10, 60, 60, 500, 1] {
-            tasks.push(spawn_recorded(&b, w, &sizes, |_| ()));
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        for t in tasks {
-            assert!(t.await.unwrap().is_ok());
-        }
-        for batch in sizes.lock().unwrap().iter() {
-            assert!(batch.len() <= 3, "{batch:?}");
-            let before_last: usize = batch[..batch.len() - 1].iter().sum();
-            assert!(before_last < 100, "{batch:?}");
-        }
+        // At most 3 items, and no item added once a batch weighs 100.
+        let batches = batches_of(
+            Batcher::new(1, 3, 100, |w| *w),
+            vec![10usize, 10, 10, 10, 60, 60, 500, 1],
+        )
+        .await;
+        assert_eq!(
+            batches,
+            [vec![10], vec![10, 10, 10], vec![60, 60], vec![500], vec![1]]
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -206,7 +235,7 @@ mod tests {
                 .await
             })
         };
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        queued(&b, 1).await;
         leader.abort();
         let r = follower.await.unwrap();
         // The follower's item was still queued (the leader had drained only its own), so
@@ -218,13 +247,15 @@ mod tests {
     async fn members_of_a_dropped_batch_see_a_transient_error() {
         let b: Arc<Batcher<u32, u32>> = Arc::new(Batcher::new(1, 64, 1 << 20, |_| 1));
         let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let started = Arc::new(tokio::sync::Notify::new());
         // Occupy the slot so that the next two writes queue together.
         let blocker = {
-            let (b, gate) = (b.clone(), gate.clone());
+            let (b, gate, started) = (b.clone(), gate.clone(), started.clone());
             tokio::spawn(async move {
                 b.submit(0, |items| {
-                    let gate = gate.clone();
+                    let (gate, started) = (gate.clone(), started.clone());
                     async move {
+                        started.notify_one();
                         let _ = gate.acquire().await;
                         items.iter().map(|_| Ok(0)).collect()
                     }
@@ -232,7 +263,7 @@ mod tests {
                 .await
             })
         };
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        started.notified().await;
         let (exec_tx, mut exec_rx) = tokio::sync::mpsc::unbounded_channel();
         let mut members = std::collections::HashMap::new();
         for v in [1u32, 2] {
@@ -253,7 +284,7 @@ mod tests {
                 }),
             );
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        queued(&b, 2).await;
         gate.add_permits(1);
         assert!(blocker.await.unwrap().is_ok());
         let (executor, size) = exec_rx.recv().await.unwrap();
