@@ -21,15 +21,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
 import harness  # noqa: E402
 
 
+# The schemathesis CLI, with its transports imported first, on the main thread. Left to it,
+# its two worker threads import them on their first case at the same moment, and Python
+# 3.11 can then fail the import (anyio compiles its own source as it loads, and concurrent
+# `compile` calls trip CPython's "AST constructor recursion depth mismatch"): an error of
+# the fuzzer, reported for every case of the operations it hit, not of the server.
+SCHEMATHESIS = (
+    "import sys\n"
+    "import schemathesis.transport.asgi, schemathesis.transport.requests, "
+    "schemathesis.transport.wsgi\n"
+    "from schemathesis.cli import schemathesis\n"
+    "sys.argv[0] = 'schemathesis'\n"
+    "sys.exit(schemathesis())\n"
+)
+
+
 def main() -> int:
     budget = os.environ.get("FAWN_FUZZ_SECONDS", "150")
-    schemathesis = Path(sys.executable).parent / "schemathesis"
     stack = harness.Stack(["sqlite"])
     server = stack.servers["sqlite"]
     rc = 1
     try:
         cmd = [
-            str(schemathesis), "run", f"{server.url}/openapi.json",
+            sys.executable, "-c", SCHEMATHESIS, "run", f"{server.url}/openapi.json",
             "--checks", "not_a_server_error",
             "--header", f"x-api-key: {server.keys['admin']}",
             "--max-time", budget,
@@ -39,7 +53,8 @@ def main() -> int:
             "--suppress-health-check", "all",
             "--seed", os.environ.get("FAWN_FUZZ_SEED", "20261126"),
         ]
-        print("fuzz:", " ".join(c if "x-api-key" not in c else "--header x-api-key: …" for c in cmd),
+        shown = ["schemathesis"] + cmd[3:]
+        print("fuzz:", " ".join(c if "x-api-key" not in c else "x-api-key: …" for c in shown),
               flush=True)
         rc = subprocess.run(cmd, check=False).returncode
         if rc != 0:
