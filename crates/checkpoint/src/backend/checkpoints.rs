@@ -567,10 +567,9 @@ impl SqlStore {
     }
 
     /// Inserts one checkpoint inside `tx`, as [`SqlStore::insert_one`] does. On SQLite a
-    /// child goes in as a lookup of its parent and then a one-row `INSERT … VALUES`: the
-    /// single statement `INSERT … SELECT … WHERE EXISTS` is a multi-row write to SQLite,
-    /// which inside a transaction copies every page it touches into a statement journal
-    /// (the lookup runs under the writer lock, so nothing deletes the parent in between).
+    /// child goes in as a lookup of its parent and then a one-row `INSERT … VALUES`, not
+    /// `INSERT … SELECT … WHERE EXISTS` (statement journals: `lite`'s module docs); the
+    /// lookup runs under the writer lock, so nothing deletes the parent in between.
     async fn insert_in(&self, tx: &mut Tx, p: &Prepared) -> DbResult<bool> {
         if self.dialect() == Dialect::Sqlite
             && let Some(parent) = &p.parent_id

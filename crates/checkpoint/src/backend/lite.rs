@@ -20,6 +20,13 @@
 //! failure rolls back only its own changes; the first is alone in the transaction until it
 //! hands the writer on, so it rolls back the transaction itself. A member whose committer
 //! vanished (a waiting task dropped) commits the group itself after a short wait.
+//!
+//! **Statement journals.** Every write runs inside the group transaction, where SQLite
+//! first copies each page a *multi-row* statement touches into a statement journal, so that
+//! the statement alone can be undone: `INSERT … SELECT`, a multi-row `VALUES`, and anything
+//! with `RETURNING` (SQLite runs it as a trigger). A run's writes therefore avoid those
+//! forms: a lookup then a one-row `INSERT … VALUES`, an affected-row count, or the row read
+//! back by key (`checkpoints::insert_in`, `runs::finish_in`, run and thread creation).
 
 use super::db::{Arg, DbErr, DbResult, Sql};
 use rusqlite::types::{Value as LiteValue, ValueRef};

@@ -166,8 +166,7 @@ async fn finish_in(
     values: Arg,
     now: DateTime<Utc>,
 ) -> DbResult<Run> {
-    // The update, then the row read back: on SQLite an `UPDATE … RETURNING` is a
-    // multi-row write, whose every touched page is copied into a statement journal.
+    // The update, then the row read back, not `RETURNING` (statement journals: `lite`).
     let updated = tx
         .exec(
             Sql::new(concat!(
@@ -258,8 +257,7 @@ impl SqlStore {
         let mut tx = self.db.begin_urgent().await?;
         // Mark the thread busy (creating it if asked): this also takes its row lock, so
         // the in-flight runs read next are the committed ones. No `RETURNING` in this
-        // transaction's writes: on SQLite it makes a write multi-row, and every page such
-        // a write touches is copied into a statement journal.
+        // transaction's writes (statement journals: `lite`).
         let thread = match &run.create_thread_if_missing {
             Some(metadata) => {
                 tx.exec(

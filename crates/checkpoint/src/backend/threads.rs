@@ -134,9 +134,8 @@ pub(crate) async fn apply_summary(
                 "AND runs.status IN ('pending', 'running')) THEN 'busy' ",
                 "WHEN $6 IS NOT NULL THEN 'error' WHEN $5 THEN 'interrupted' ELSE 'idle' END ",
                 // Nothing read back: parsing the values just written cost more than the
-                // update (a run's end; `set_thread_summary` reads the thread itself), and on
-                // SQLite a `RETURNING` makes the update a multi-row write, whose every touched
-                // page is copied into a statement journal.
+                // update (a run's end; `set_thread_summary` reads the thread itself), and a
+                // `RETURNING` costs SQLite a statement journal (`lite`).
                 "WHERE thread_id = $1"
             ))
             .bind(thread_id)
@@ -207,8 +206,7 @@ impl SqlStore {
                     ))))
                     .await?
             }
-            // The row read back by key: a `RETURNING` would make the insert a multi-row
-            // write, whose touched pages SQLite first copies into a statement journal.
+            // The row read back by key, not `RETURNING` (statement journals: `lite`).
             Dialect::Sqlite => {
                 let mut tx = self.db.begin().await?;
                 let row = if tx.exec(args(Sql::new(insert!()))).await? > 0 {
